@@ -1,0 +1,346 @@
+//! JSON wire types shared by the worker, the gateway and the load generator.
+//!
+//! Everything here is plain data with `serde` derives, so every party decodes the same bytes the
+//! same way. The schemas are documented in `docs/API.md`; a change that removes or renames a field
+//! bumps [`STATS_SCHEMA_VERSION`].
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the [`WorkerStats`] document served at `GET /v1/stats`.
+pub const STATS_SCHEMA_VERSION: u32 = 1;
+
+// ---------------------------------------------------------------------------------------------
+// /predict
+// ---------------------------------------------------------------------------------------------
+
+/// Body of `POST /predict`: exactly one of `query` or `queries`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredictRequest {
+    /// One query; the answer is a single [`Prediction`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Several queries; the answer is [`PredictBatchResponse`], in the same order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queries: Option<Vec<String>>,
+    /// Also return the score of every class.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_scores: bool,
+}
+
+/// Query string of `GET /predict?query=...&all_scores=true`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictParams {
+    pub query: Option<String>,
+    #[serde(default)]
+    pub all_scores: bool,
+}
+
+/// The classification of one query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// The most likely label, e.g. `PlayMusic`.
+    pub intent: String,
+    /// Its softmax probability, in `[0, 1]`.
+    pub score: f32,
+    /// Every label's probability, when asked for with `all_scores`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scores: Option<BTreeMap<String, f32>>,
+}
+
+/// Answer to `POST /predict` with `queries`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictBatchResponse {
+    pub predictions: Vec<Prediction>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// Every error body, from worker and gateway alike: `{"error": "...", "error_type": "..."}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Human-readable explanation; wording may change between releases.
+    pub error: String,
+    /// Stable machine-readable kind; also the `error_type` label of the error metrics.
+    pub error_type: ErrorType,
+}
+
+/// The stable error kinds. Serialized in `snake_case`; never renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorType {
+    /// The request is malformed: bad JSON, wrong types, empty query, too many queries (400).
+    InvalidRequest,
+    /// A query is longer than the limit (400), or the body is too large (413).
+    TooLarge,
+    /// The server is at capacity; retry after `Retry-After` seconds (429 or 503).
+    Overloaded,
+    /// The server is shutting down or not ready yet; retry elsewhere (503).
+    Unavailable,
+    /// No answer in time (504).
+    Timeout,
+    /// An upstream worker failed or could not be reached (502).
+    Upstream,
+    /// No such route or pool (404).
+    NotFound,
+    /// The method is not allowed on this route (405).
+    MethodNotAllowed,
+    /// A bug or an inference failure; details are in the server's log (500).
+    Internal,
+}
+
+impl ErrorType {
+    /// The `snake_case` name, as serialized and used as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidRequest => "invalid_request",
+            Self::TooLarge => "too_large",
+            Self::Overloaded => "overloaded",
+            Self::Unavailable => "unavailable",
+            Self::Timeout => "timeout",
+            Self::Upstream => "upstream",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// /v1/stats
+// ---------------------------------------------------------------------------------------------
+
+/// `GET /v1/stats`: a worker's load and GPU telemetry, polled by the gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStats {
+    /// [`STATS_SCHEMA_VERSION`] of the worker that wrote this.
+    pub schema_version: u32,
+    /// Unique per worker process (`hostname/pid`), so a restart is visible.
+    pub worker_id: String,
+    /// Wall-clock time this snapshot was taken, milliseconds since the Unix epoch.
+    pub timestamp_unix_ms: u64,
+    /// Seconds since the worker started.
+    pub uptime_s: f64,
+    /// Model loaded and not draining: the same answer as `/readyz`.
+    pub ready: bool,
+    /// SIGTERM received; finishing accepted work, taking none.
+    pub draining: bool,
+    pub model: ModelInfo,
+    pub queue: QueueStats,
+    pub rates: RateStats,
+    pub batches: BatchStats,
+    pub gpu: GpuTelemetry,
+}
+
+/// What the worker serves and where.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    /// Model directory name, e.g. `snips-minilm-int8`.
+    pub name: String,
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    /// Class labels, in output order.
+    pub labels: Vec<String>,
+}
+
+/// Instantaneous load. `queued` and `in_flight` are disjoint: a request is counted in exactly one
+/// of them from admission until its answer is ready, so `queued + in_flight` is the worker's load.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// Admitted queries waiting for a batch (tokenizing or queued).
+    pub queued: u64,
+    /// Queries in the batch the backend is running or has been handed.
+    pub in_flight: u64,
+    /// Most queries admitted at once (`queued + in_flight`); beyond it the worker answers 429.
+    pub capacity: u64,
+    /// Most rows in one batch.
+    pub max_batch_rows: u64,
+    /// Token budget of one batch (padded length times rows).
+    pub max_batch_tokens: u64,
+    /// Longest time a query waits for companions before its batch runs, in milliseconds.
+    pub max_queue_delay_ms: f64,
+}
+
+/// Request rates over a sliding window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RateStats {
+    /// Length of the window the rates are averaged over, seconds.
+    pub window_s: f64,
+    /// Queries admitted per second.
+    pub arrival_per_s: f64,
+    /// Queries answered per second.
+    pub completion_per_s: f64,
+    /// Queries refused with 429 per second.
+    pub rejected_per_s: f64,
+    /// Totals since start.
+    pub admitted_total: u64,
+    pub completed_total: u64,
+    pub rejected_total: u64,
+}
+
+/// Batches run over the same window as [`RateStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BatchStats {
+    /// Batches run in the window.
+    pub count: u64,
+    /// Mean rows per batch in the window (0 when none ran).
+    pub mean_rows: f64,
+    /// Mean padded sequence length in the window.
+    pub mean_padded_len: f64,
+    /// Mean backend time per batch in the window, milliseconds.
+    pub mean_inference_ms: f64,
+    /// Mean time a query waited in the queue in the window, milliseconds.
+    pub mean_queue_wait_ms: f64,
+    /// Fraction of the window the backend spent running batches, in `[0, 1]`.
+    /// On a launch-bound GPU this reaches 1 long before NVML's utilization does.
+    pub busy_fraction: f64,
+    /// Total batches since start.
+    pub total: u64,
+}
+
+/// GPU telemetry: a sample from NVML, or the reason there is none. Never zeros in place of a
+/// reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum GpuTelemetry {
+    Available(GpuSample),
+    Unavailable {
+        /// Why, e.g. `worker runs on cpu` or `NVML init failed: ...`.
+        reason: String,
+    },
+}
+
+impl GpuTelemetry {
+    /// The utilization the scaling signal should use, in percent: this process's SM utilization
+    /// when other processes share the GPU (the device figure would count their work too), the
+    /// device's otherwise. `None` when unavailable.
+    pub fn utilization_pct(&self) -> Option<f64> {
+        match self {
+            Self::Available(s) if s.shared => s.process.sm_utilization_pct.or(Some(s.device.utilization_pct)),
+            Self::Available(s) => Some(s.device.utilization_pct),
+            Self::Unavailable { .. } => None,
+        }
+    }
+}
+
+/// One NVML reading of the worker's GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    /// Always `nvml`.
+    pub source: String,
+    /// When the sample was read, milliseconds since the Unix epoch.
+    pub sampled_at_unix_ms: u64,
+    /// Age of the sample when this snapshot was taken, milliseconds.
+    pub age_ms: u64,
+    pub device: GpuDevice,
+    pub process: GpuProcess,
+    /// Other compute processes run on the same GPU.
+    pub shared: bool,
+}
+
+/// Device-wide figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuDevice {
+    /// NVML index (not the CUDA ordinal under `CUDA_VISIBLE_DEVICES`).
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    /// Percent of the last sample period in which a kernel ran (a duty cycle, not saturation).
+    pub utilization_pct: f64,
+    /// Percent of the period device memory was read or written.
+    pub memory_utilization_pct: f64,
+    pub memory_used_bytes: u64,
+    pub memory_total_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_watts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_limit_watts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_clock_mhz: Option<u32>,
+}
+
+/// This worker process on that device. Fields are `None` when NVML has no reading for it (no
+/// kernel ran since the last sample, or the driver does not expose it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_utilization_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_bytes: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_type_serializes_as_its_label() {
+        for t in [
+            ErrorType::InvalidRequest,
+            ErrorType::TooLarge,
+            ErrorType::Overloaded,
+            ErrorType::Unavailable,
+            ErrorType::Timeout,
+            ErrorType::Upstream,
+            ErrorType::NotFound,
+            ErrorType::MethodNotAllowed,
+            ErrorType::Internal,
+        ] {
+            assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{}\"", t.as_str()));
+        }
+    }
+
+    #[test]
+    fn unavailable_gpu_carries_its_reason_and_no_numbers() {
+        let t = GpuTelemetry::Unavailable { reason: "worker runs on cpu".into() };
+        let v = serde_json::to_value(&t).unwrap();
+        assert_eq!(v, serde_json::json!({"status": "unavailable", "reason": "worker runs on cpu"}));
+        assert_eq!(t.utilization_pct(), None);
+    }
+
+    fn sample(shared: bool, process: Option<f64>) -> GpuTelemetry {
+        GpuTelemetry::Available(GpuSample {
+            source: "nvml".into(),
+            sampled_at_unix_ms: 1,
+            age_ms: 0,
+            device: GpuDevice {
+                index: 0,
+                uuid: "GPU-x".into(),
+                name: "H100".into(),
+                utilization_pct: 80.0,
+                memory_utilization_pct: 10.0,
+                memory_used_bytes: 1,
+                memory_total_bytes: 2,
+                power_watts: None,
+                power_limit_watts: None,
+                sm_clock_mhz: None,
+            },
+            process: GpuProcess { pid: 1, sm_utilization_pct: process, memory_used_bytes: None },
+            shared,
+        })
+    }
+
+    #[test]
+    fn shared_gpu_uses_the_process_figure() {
+        assert_eq!(sample(false, Some(20.0)).utilization_pct(), Some(80.0));
+        assert_eq!(sample(true, Some(20.0)).utilization_pct(), Some(20.0));
+        assert_eq!(sample(true, None).utilization_pct(), Some(80.0));
+        let v = serde_json::to_value(sample(true, Some(20.0))).unwrap();
+        assert_eq!(v["status"], "available");
+        let back: GpuTelemetry = serde_json::from_value(v).unwrap();
+        assert_eq!(back, sample(true, Some(20.0)));
+    }
+
+    #[test]
+    fn predict_request_rejects_unknown_fields() {
+        assert!(serde_json::from_str::<PredictRequest>(r#"{"query":"a","foo":1}"#).is_err());
+        let r: PredictRequest = serde_json::from_str(r#"{"queries":["a","b"]}"#).unwrap();
+        assert_eq!(r.queries.unwrap().len(), 2);
+    }
+}
