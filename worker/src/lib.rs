@@ -24,8 +24,9 @@ use tokio::time::Instant;
 
 pub use config::Config;
 
-use crate::backend::{BackendError, OrtBackend};
+use crate::backend::{BackendError, OrtBackend, ShapeBuckets};
 use crate::batching::Limits;
+use crate::config::Device;
 use crate::http::{AppState, Inner, RequestLimits};
 use crate::load::Load;
 use crate::metrics::{LiveCollector, Metrics};
@@ -51,9 +52,17 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     let env = backend::ort::load_library(config.ort_lib.as_deref())?;
     let backend = {
         let (path, device, threads, n) = (model.model_path.clone(), config.device, config.threads, model.labels.len());
-        tokio::task::spawn_blocking(move || OrtBackend::load(&env, &path, device, threads, n))
-            .await
-            .map_err(|e| StartupError::Other(format!("model loading task: {e}")))??
+        let buckets = ShapeBuckets { max_rows: config.max_batch_rows.max(1), max_seq: model.max_tokens };
+        let max_tokens = config.max_batch_tokens;
+        tokio::task::spawn_blocking(move || {
+            let backend = OrtBackend::load(&env, &path, device, threads, n)?;
+            match device {
+                Device::Cuda(_) => backend.with_shape_buckets(buckets, max_tokens),
+                Device::Cpu => Ok(backend),
+            }
+        })
+        .await
+        .map_err(|e| StartupError::Other(format!("model loading task: {e}")))??
     };
 
     let batch_limits = Limits {

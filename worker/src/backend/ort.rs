@@ -7,7 +7,7 @@ use ort::ep;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{Tensor, TensorElementType, ValueType};
 
-use super::{Backend, BackendError, InputBatch};
+use super::{Backend, BackendError, InputBatch, ShapeBuckets};
 use crate::config::Device;
 
 /// The graph's input names, discovered from the model.
@@ -23,6 +23,7 @@ pub struct OrtBackend {
     inputs: InputNames,
     output: String,
     num_labels: usize,
+    buckets: Option<ShapeBuckets>,
 }
 
 impl std::fmt::Debug for OrtBackend {
@@ -126,7 +127,23 @@ impl OrtBackend {
             }
         }
         let output = output.name().to_owned();
-        Ok(Self { session, inputs: names, output, num_labels })
+        Ok(Self { session, inputs: names, output, num_labels, buckets: None })
+    }
+
+    /// Pads batches to a few bucketed shapes and runs each once now, so no request pays for a
+    /// shape's first run (see [`ShapeBuckets`]). Used on GPUs.
+    pub fn with_shape_buckets(mut self, buckets: ShapeBuckets, max_tokens: usize) -> Result<Self, BackendError> {
+        let shapes = buckets.all(max_tokens);
+        let started = std::time::Instant::now();
+        for &(rows, seq) in &shapes {
+            let ids = vec![101i64; seq];
+            let types = vec![0i64; seq];
+            let batch = InputBatch::pad_to(std::iter::repeat_n((&ids[..], &types[..]), rows), |r, s| (r, s));
+            self.infer(&batch)?;
+        }
+        tracing::info!(shapes = shapes.len(), seconds = started.elapsed().as_secs_f64(), "warmed up batch shapes");
+        self.buckets = Some(buckets);
+        Ok(self)
     }
 }
 
@@ -152,5 +169,9 @@ impl Backend for OrtBackend {
             return Err(BackendError::Inference(format!("output shape {out_shape:?}, expected {expected:?}")));
         }
         Ok(logits.chunks(self.num_labels).map(<[f32]>::to_vec).collect())
+    }
+
+    fn padded_shape(&self, rows: usize, seq: usize) -> (usize, usize) {
+        self.buckets.map_or((rows, seq), |b| b.shape(rows, seq))
     }
 }

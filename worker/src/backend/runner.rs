@@ -53,14 +53,17 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, obs: &Observers) 
         total_wait += wait;
         obs.metrics.queue_wait.observe(wait.as_secs_f64());
     }
-    let input = InputBatch::pad(live.iter().map(|q| (&q.item.input_ids[..], &q.item.type_ids[..])));
+    let input = InputBatch::pad_to(live.iter().map(|q| (&q.item.input_ids[..], &q.item.type_ids[..])), |r, s| {
+        backend.padded_shape(r, s)
+    });
     let span = tracing::debug_span!("batch", rows = input.rows, padded_len = input.seq_len);
     let result = span.in_scope(|| backend.infer(&input));
     let elapsed = started.elapsed();
     obs.metrics.inference.observe(elapsed.as_secs_f64());
-    obs.metrics.batch_rows.observe(input.rows as f64);
+    let rows = live.len();
+    obs.metrics.batch_rows.observe(rows as f64);
     obs.metrics.batch_padded_len.observe(input.seq_len as f64);
-    obs.stats.batch(Instant::now(), input.rows as u64, input.seq_len as u64, elapsed, total_wait);
+    obs.stats.batch(Instant::now(), rows as u64, input.seq_len as u64, elapsed, total_wait);
     match result {
         Ok(rows) => {
             for (q, logits) in live.into_iter().zip(rows) {
@@ -69,7 +72,7 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, obs: &Observers) 
             }
         }
         Err(e) => {
-            tracing::error!(error = %e, rows = input.rows, "batch failed");
+            tracing::error!(error = %e, rows, "batch failed");
             for q in live {
                 let _ = q.item.respond.send(Err(e.clone()));
             }
