@@ -1,0 +1,109 @@
+//! One background task per worker: polls `/v1/stats` (jittered, with a timeout) and re-probes
+//! `/readyz` with exponential backoff while the worker is not receiving traffic (new, unready,
+//! draining or ejected).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use rand::Rng;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::endpoint::{Endpoint, Health};
+use crate::pool::Ctx;
+
+/// Largest `/v1/stats` document accepted.
+const MAX_STATS_BYTES: usize = 256 * 1024;
+
+pub fn spawn(ep: Arc<Endpoint>, ctx: Arc<Ctx>) -> JoinHandle<()> {
+    tokio::spawn(run(ep, ctx))
+}
+
+/// `interval` scaled by a random factor in `[0.8, 1.2)`, so that polls of many workers spread.
+pub fn jittered(interval: Duration) -> Duration {
+    interval.mul_f64(rand::rng().random_range(0.8..1.2))
+}
+
+async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
+    let cfg = &ctx.config;
+    let mut backoff = cfg.probe_backoff;
+    let mut next_probe = Instant::now();
+    let mut was = ep.health();
+    loop {
+        let now = Instant::now();
+        let health = ep.health();
+        if was == Health::Ready && health != Health::Ready {
+            // Just ejected or found draining: start the backoff schedule over.
+            backoff = cfg.probe_backoff;
+            next_probe = now + backoff;
+        }
+        if health != Health::Ready && now >= next_probe {
+            if get(&ctx, &ep, "/readyz")
+                .await
+                .is_some_and(|(s, _)| s == StatusCode::OK)
+            {
+                tracing::info!(pool = %ep.pool, worker = %ep.url, from = ?health, "worker ready");
+                ep.set_health(Health::Ready);
+                backoff = cfg.probe_backoff;
+            } else {
+                next_probe = Instant::now() + backoff;
+                backoff = (backoff * 2).min(cfg.probe_backoff_max);
+            }
+        }
+        match get(&ctx, &ep, "/v1/stats").await {
+            Some((StatusCode::OK, body)) => {
+                match serde_json::from_slice::<wire::WorkerStats>(&body) {
+                    Ok(stats) => {
+                        ep.store_snapshot(&stats);
+                        if (stats.draining || !stats.ready) && ep.health() == Health::Ready {
+                            tracing::info!(pool = %ep.pool, worker = %ep.url, draining = stats.draining, "worker not ready");
+                            ep.set_health(Health::NotReady);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(worker = %ep.url, error = %e, "bad /v1/stats document")
+                    }
+                }
+            }
+            Some((status, _)) => tracing::debug!(worker = %ep.url, %status, "no /v1/stats"),
+            None => tracing::debug!(worker = %ep.url, "/v1/stats unreachable"),
+        }
+        was = ep.health();
+        ctx.metrics
+            .worker_ready
+            .get_or_create(&ep.labels)
+            .set(i64::from(was == Health::Ready));
+        let mut sleep = jittered(cfg.stats_interval);
+        if was != Health::Ready {
+            sleep = sleep.min(next_probe.saturating_duration_since(Instant::now()));
+        }
+        tokio::time::sleep(sleep.max(Duration::from_millis(10))).await;
+    }
+}
+
+/// A GET with the stats timeout; `None` on any failure.
+async fn get(ctx: &Ctx, ep: &Endpoint, path: &str) -> Option<(StatusCode, Bytes)> {
+    let uri = ep.uri(path).ok()?;
+    let req = Request::builder()
+        .method(Method::GET)
+        .uri(uri)
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    let fut = async {
+        let resp = ctx.client.request(req).await.ok()?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), MAX_STATS_BYTES)
+            .collect()
+            .await
+            .ok()?
+            .to_bytes();
+        Some((status, body))
+    };
+    tokio::time::timeout(ctx.config.stats_timeout, fut)
+        .await
+        .ok()
+        .flatten()
+}
