@@ -95,6 +95,8 @@ pub struct Endpoint {
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
     health: AtomicU8,
+    /// Incremented each time the worker leaves `Ready`: the monitor restarts its backoff then.
+    downs: AtomicU64,
     failures: AtomicU32,
     outstanding: AtomicU64,
     rtt: Mutex<PeakEwma>,
@@ -164,6 +166,7 @@ impl Endpoint {
             scheme,
             authority,
             health: AtomicU8::new(Health::Probing as u8),
+            downs: AtomicU64::new(0),
             failures: AtomicU32::new(0),
             outstanding: AtomicU64::new(0),
             rtt: Mutex::new(PeakEwma {
@@ -195,6 +198,9 @@ impl Endpoint {
 
     pub fn set_health(&self, h: Health) {
         let prev = self.health.swap(h as u8, Ordering::AcqRel);
+        if prev == Health::Ready as u8 && h != Health::Ready {
+            self.downs.fetch_add(1, Ordering::AcqRel);
+        }
         if h == Health::Ready {
             self.failures.store(0, Ordering::Release);
             if prev != Health::Ready as u8 {
@@ -203,12 +209,20 @@ impl Endpoint {
         }
     }
 
+    /// How many times the worker has left `Ready`.
+    pub fn downs(&self) -> u64 {
+        self.downs.load(Ordering::Acquire)
+    }
+
     /// Record a failure (connection error, dropped response, timeout). Returns `true` when this
     /// failure ejected the worker.
     pub fn record_failure(&self, eject_after: u32) -> bool {
         let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
         if n >= eject_after {
             let prev = self.health.swap(Health::Ejected as u8, Ordering::AcqRel);
+            if prev == Health::Ready as u8 {
+                self.downs.fetch_add(1, Ordering::AcqRel);
+            }
             return prev != Health::Ejected as u8;
         }
         false

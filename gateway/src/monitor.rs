@@ -31,11 +31,12 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
     let cfg = &ctx.config;
     let mut backoff = cfg.probe_backoff;
     let mut next_probe = Instant::now();
-    let mut was = ep.health();
+    let mut downs = ep.downs();
     loop {
         let now = Instant::now();
         let health = ep.health();
-        if was == Health::Ready && health != Health::Ready {
+        if ep.downs() != downs {
+            downs = ep.downs();
             // Just ejected or found draining: start the backoff schedule over.
             backoff = cfg.probe_backoff;
             next_probe = now + backoff;
@@ -71,13 +72,13 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
             Some((status, _)) => tracing::debug!(worker = %ep.url, %status, "no /v1/stats"),
             None => tracing::debug!(worker = %ep.url, "/v1/stats unreachable"),
         }
-        was = ep.health();
+        let ready = ep.health() == Health::Ready;
         ctx.metrics
             .worker_ready
             .get_or_create(&ep.labels)
-            .set(i64::from(was == Health::Ready));
+            .set(i64::from(ready));
         let mut sleep = jittered(cfg.stats_interval);
-        if was != Health::Ready {
+        if !ready {
             sleep = sleep.min(next_probe.saturating_duration_since(Instant::now()));
         }
         tokio::time::sleep(sleep.max(Duration::from_millis(10))).await;

@@ -165,6 +165,8 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
     };
     let result = tokio::time::timeout_at(deadline, exchange).await;
     let failed = |reason: &str| {
+        // A failure must not make the worker look fast: raise its latency estimate.
+        ep.penalize(cfg.rtt_decay);
         if ep.record_failure(cfg.eject_after) {
             tracing::warn!(pool = %ep.pool, worker = %ep.url, reason, "worker ejected after consecutive failures");
             ctx.metrics
