@@ -1,0 +1,420 @@
+//! The batch queue as a plain struct: which queries run together, and when.
+//!
+//! No channels, no runtime: the async task in [`super::task`] owns a [`State`] and feeds it, and the
+//! unit tests below drive it with explicit instants.
+//!
+//! Policy:
+//! - A batch is *ready* when the queue holds `max_rows` queries, or their tokens reach the token
+//!   budget, or the oldest query has waited `max_delay`.
+//! - The oldest live query anchors every batch, so no query waits behind younger ones for long.
+//!   Companions are the queries closest in length to the anchor (ties to the older), which cuts
+//!   padding: a batch pads every row to its longest.
+//! - Budgets: at most `max_rows` rows, and `padded length x rows <= max_tokens` (a single query
+//!   longer than the budget still runs, alone).
+//! - Queries whose client has gone are dropped when met, never run.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// What the queue needs to know of a queued query.
+pub trait Pending {
+    /// Sequence length in tokens (what padding is measured in).
+    fn tokens(&self) -> usize;
+    /// The client has gone: the answer would be thrown away.
+    fn is_cancelled(&self) -> bool;
+}
+
+/// The budgets of one batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub max_rows: usize,
+    pub max_tokens: usize,
+    pub max_delay: Duration,
+}
+
+/// A query in the queue, with the time it arrived.
+#[derive(Debug)]
+pub struct Queued<T> {
+    pub item: T,
+    pub enqueued_at: Instant,
+}
+
+/// Queries to run together; every row is padded to `padded_len`.
+#[derive(Debug)]
+pub struct Batch<T> {
+    pub entries: Vec<Queued<T>>,
+    pub padded_len: usize,
+}
+
+/// Key ordering queries by length, then by arrival.
+type LenKey = (usize, u64);
+
+#[derive(Debug)]
+pub struct State<T> {
+    limits: Limits,
+    by_len: BTreeMap<LenKey, Queued<T>>,
+    /// Arrival id -> length, oldest first.
+    by_age: BTreeMap<u64, usize>,
+    next_id: u64,
+    tokens: usize,
+    cancelled: u64,
+}
+
+impl<T: Pending> State<T> {
+    pub fn new(limits: Limits) -> Self {
+        assert!(
+            limits.max_rows > 0 && limits.max_tokens > 0,
+            "batch limits must be positive"
+        );
+        Self {
+            limits,
+            by_len: BTreeMap::new(),
+            by_age: BTreeMap::new(),
+            next_id: 0,
+            tokens: 0,
+            cancelled: 0,
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Queries waiting (cancelled ones not yet met included).
+    pub fn len(&self) -> usize {
+        self.by_age.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_age.is_empty()
+    }
+
+    /// Queries dropped so far because their client had gone.
+    pub fn cancelled_total(&self) -> u64 {
+        self.cancelled
+    }
+
+    pub fn push(&mut self, item: T, now: Instant) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let len = item.tokens();
+        self.tokens += len;
+        self.by_age.insert(id, len);
+        self.by_len.insert(
+            (len, id),
+            Queued {
+                item,
+                enqueued_at: now,
+            },
+        );
+    }
+
+    /// When the oldest query's wait runs out; `None` when the queue is empty.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let (&id, &len) = self.by_age.first_key_value()?;
+        Some(self.by_len[&(len, id)].enqueued_at + self.limits.max_delay)
+    }
+
+    /// A batch is full or its oldest query has waited long enough.
+    pub fn is_ready(&self, now: Instant) -> bool {
+        self.len() >= self.limits.max_rows
+            || self.tokens >= self.limits.max_tokens
+            || self.next_deadline().is_some_and(|d| now >= d)
+    }
+
+    /// The next batch if one [is ready](Self::is_ready).
+    pub fn next_batch(&mut self, now: Instant) -> Option<Batch<T>> {
+        if self.is_ready(now) {
+            self.take_batch()
+        } else {
+            None
+        }
+    }
+
+    /// The next batch whether or not it is ready (used to flush the queue on shutdown).
+    pub fn take_batch(&mut self) -> Option<Batch<T>> {
+        loop {
+            let (&id, &len) = self.by_age.first_key_value()?;
+            let anchor = (len, id);
+            if self.by_len[&anchor].item.is_cancelled() {
+                self.remove(anchor);
+                self.cancelled += 1;
+                continue;
+            }
+            let (selected, cancelled) = self.select(anchor);
+            for key in cancelled {
+                self.remove(key);
+                self.cancelled += 1;
+            }
+            let padded_len = selected.iter().map(|k| k.0).max().unwrap_or(len);
+            let mut entries: Vec<_> = selected
+                .into_iter()
+                .map(|k| (k.1, self.remove(k)))
+                .collect();
+            entries.sort_unstable_by_key(|(id, _)| *id);
+            return Some(Batch {
+                entries: entries.into_iter().map(|(_, q)| q).collect(),
+                padded_len,
+            });
+        }
+    }
+
+    /// Walks outward in length from the anchor; returns the chosen keys and the cancelled ones met.
+    fn select(&self, anchor: LenKey) -> (Vec<LenKey>, Vec<LenKey>) {
+        let Limits {
+            max_rows,
+            max_tokens,
+            ..
+        } = self.limits;
+        let live = |(k, q): (&LenKey, &Queued<T>)| (*k, q.item.is_cancelled());
+        let mut shorter = self.by_len.range(..anchor).rev().map(live);
+        let mut longer = self
+            .by_len
+            .range((Bound::Excluded(anchor), Bound::Unbounded))
+            .map(live);
+        let (mut lo, mut hi) = (shorter.next(), longer.next());
+        let mut selected = vec![anchor];
+        let mut cancelled = Vec::new();
+        let mut max_len = anchor.0;
+        while selected.len() < max_rows {
+            let take_longer = match (lo, hi) {
+                (None, None) => break,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((l, _)), Some((h, _))) => {
+                    let (dl, dh) = (anchor.0 - l.0, h.0 - anchor.0);
+                    dh < dl || (dh == dl && h.1 < l.1)
+                }
+            };
+            let (key, is_cancelled) =
+                if take_longer { hi.take() } else { lo.take() }.expect("chosen side is present");
+            if is_cancelled {
+                cancelled.push(key);
+            } else {
+                let padded = max_len.max(key.0);
+                if padded * (selected.len() + 1) > max_tokens {
+                    if !take_longer {
+                        // Shorter rows add no padding; if even one does not fit, nothing does.
+                        break;
+                    }
+                    // Longer rows only get longer: stop looking that way (`hi` stays taken).
+                    continue;
+                }
+                selected.push(key);
+                max_len = padded;
+            }
+            if take_longer {
+                hi = longer.next();
+            } else {
+                lo = shorter.next();
+            }
+        }
+        (selected, cancelled)
+    }
+
+    fn remove(&mut self, key: LenKey) -> Queued<T> {
+        self.by_age.remove(&key.1);
+        self.tokens -= key.0;
+        self.by_len.remove(&key).expect("key is queued")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    struct Q {
+        name: &'static str,
+        len: usize,
+        gone: Arc<AtomicBool>,
+    }
+
+    impl Pending for Q {
+        fn tokens(&self) -> usize {
+            self.len
+        }
+        fn is_cancelled(&self) -> bool {
+            self.gone.load(Ordering::Relaxed)
+        }
+    }
+
+    fn q(name: &'static str, len: usize) -> Q {
+        Q {
+            name,
+            len,
+            gone: Arc::default(),
+        }
+    }
+
+    fn limits(max_rows: usize, max_tokens: usize, delay_ms: u64) -> Limits {
+        Limits {
+            max_rows,
+            max_tokens,
+            max_delay: Duration::from_millis(delay_ms),
+        }
+    }
+
+    fn names(b: &Batch<Q>) -> Vec<&'static str> {
+        b.entries.iter().map(|e| e.item.name).collect()
+    }
+
+    #[test]
+    fn waits_for_companions_until_the_deadline() {
+        let t0 = Instant::now();
+        let mut s = State::new(limits(4, 1000, 5));
+        s.push(q("a", 8), t0);
+        assert!(s.next_batch(t0).is_none());
+        assert_eq!(s.next_deadline(), Some(t0 + Duration::from_millis(5)));
+        assert!(s.next_batch(t0 + Duration::from_millis(4)).is_none());
+        let b = s
+            .next_batch(t0 + Duration::from_millis(5))
+            .expect("deadline reached");
+        assert_eq!(names(&b), ["a"]);
+        assert!(s.is_empty());
+        assert_eq!(s.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_full_batch_runs_at_once_and_respects_max_rows() {
+        let t0 = Instant::now();
+        let mut s = State::new(limits(3, 1000, 1000));
+        for name in ["a", "b", "c", "d", "e"] {
+            s.push(q(name, 5), t0);
+        }
+        let b = s.next_batch(t0).expect("full");
+        assert_eq!(names(&b), ["a", "b", "c"]);
+        // Two left: not full, deadline not reached.
+        assert!(s.next_batch(t0).is_none());
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn token_budget_bounds_padded_rows() {
+        let t0 = Instant::now();
+        // 40 tokens: four rows of 10, or two of 20.
+        let mut s = State::new(limits(100, 40, 0));
+        for (name, len) in [("a", 10), ("b", 10), ("c", 10), ("d", 10), ("e", 10)] {
+            s.push(q(name, len), t0);
+        }
+        let b = s.next_batch(t0).unwrap();
+        assert_eq!(names(&b), ["a", "b", "c", "d"]);
+        assert_eq!(b.padded_len * b.entries.len(), 40);
+
+        let mut s = State::new(limits(100, 40, 0));
+        s.push(q("a", 10), t0);
+        s.push(q("long", 20), t0);
+        s.push(q("b", 10), t0);
+        s.push(q("c", 10), t0);
+        let b = s.next_batch(t0).unwrap();
+        // The anchor's length peers come first; the long one would make 4 x 20 > 40.
+        assert_eq!(names(&b), ["a", "b", "c"]);
+        assert_eq!(b.padded_len, 10);
+        let b = s.next_batch(t0).unwrap();
+        assert_eq!(names(&b), ["long"]);
+    }
+
+    #[test]
+    fn a_query_over_the_budget_runs_alone() {
+        let t0 = Instant::now();
+        let mut s = State::new(limits(8, 16, 0));
+        s.push(q("huge", 64), t0);
+        s.push(q("small", 4), t0);
+        let b = s.next_batch(t0).unwrap();
+        assert_eq!(names(&b), ["huge"]);
+        assert_eq!(b.padded_len, 64);
+        assert_eq!(names(&s.next_batch(t0).unwrap()), ["small"]);
+    }
+
+    #[test]
+    fn groups_by_length_around_the_oldest() {
+        let t0 = Instant::now();
+        let mut s = State::new(limits(3, 10_000, 0));
+        for (name, len) in [
+            ("old12", 12),
+            ("l40", 40),
+            ("l11", 11),
+            ("l3", 3),
+            ("l13", 13),
+            ("l64", 64),
+        ] {
+            s.push(q(name, len), t0);
+        }
+        let b = s.next_batch(t0).unwrap();
+        // The oldest anchors; its nearest lengths join; output in arrival order.
+        assert_eq!(names(&b), ["old12", "l11", "l13"]);
+        assert_eq!(b.padded_len, 13);
+        // Next anchor is the oldest remaining (l40), with its nearest neighbours.
+        let b = s.next_batch(t0).unwrap();
+        assert_eq!(names(&b), ["l40", "l3", "l64"]);
+    }
+
+    #[test]
+    fn fifo_anchor_means_no_starvation() {
+        let t0 = Instant::now();
+        let mut s = State::new(limits(2, 10_000, 0));
+        s.push(q("outlier", 100), t0);
+        for i in 0..10 {
+            s.push(q("x", 5 + i), t0);
+        }
+        // The oldest runs first even though everyone else is shorter.
+        let b = s.next_batch(t0).unwrap();
+        assert_eq!(b.entries[0].item.name, "outlier");
+    }
+
+    #[test]
+    fn cancelled_queries_are_dropped_not_run() {
+        let t0 = Instant::now();
+        let mut s = State::new(limits(4, 1000, 0));
+        let a = q("a", 5);
+        let b = q("b", 5);
+        let c = q("c", 5);
+        for x in [&a, &b, &c] {
+            s.push(x.clone(), t0);
+        }
+        a.gone.store(true, Ordering::Relaxed);
+        c.gone.store(true, Ordering::Relaxed);
+        let batch = s.next_batch(t0).unwrap();
+        assert_eq!(names(&batch), ["b"]);
+        assert_eq!(s.cancelled_total(), 2);
+        assert!(s.is_empty());
+
+        // A queue holding only cancelled queries yields nothing.
+        let d = q("d", 5);
+        s.push(d.clone(), t0);
+        d.gone.store(true, Ordering::Relaxed);
+        assert!(s.next_batch(t0).is_none());
+        assert_eq!(s.cancelled_total(), 3);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn take_batch_flushes_without_waiting() {
+        let t0 = Instant::now();
+        let mut s = State::new(limits(4, 1000, 60_000));
+        s.push(q("a", 5), t0);
+        assert!(s.next_batch(t0).is_none());
+        assert_eq!(names(&s.take_batch().unwrap()), ["a"]);
+        assert!(s.take_batch().is_none());
+    }
+
+    #[test]
+    fn token_total_tracks_pushes_and_removals() {
+        let t0 = Instant::now();
+        let mut s = State::new(limits(100, 30, 60_000));
+        s.push(q("a", 10), t0);
+        s.push(q("b", 10), t0);
+        assert!(!s.is_ready(t0));
+        s.push(q("c", 10), t0);
+        assert!(s.is_ready(t0), "30 tokens queued fill the budget");
+        let b = s.next_batch(t0).unwrap();
+        assert_eq!(b.entries.len(), 3);
+        assert!(!s.is_ready(t0));
+    }
+}

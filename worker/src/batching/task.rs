@@ -1,0 +1,145 @@
+//! The thin async loop around [`State`]: receives tokenized queries, hands ready batches to the
+//! backend through a channel of one slot (exactly one batch prefetched).
+//!
+//! The slot is reserved *before* a batch is formed, so a batch is cut as late as possible, with
+//! every query that arrived while the backend was busy.
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+
+use super::{Batch, Limits, Pending, State};
+
+/// Runs until the sender side of `rx` is dropped and the queue is flushed, or the backend is gone.
+pub async fn run<T: Pending + Send>(
+    limits: Limits,
+    mut rx: mpsc::Receiver<T>,
+    tx: mpsc::Sender<Batch<T>>,
+) -> u64 {
+    let mut state = State::new(limits);
+    'outer: loop {
+        let permit = loop {
+            tokio::select! {
+                biased;
+                permit = tx.reserve() => match permit {
+                    Ok(p) => break p,
+                    Err(_) => return state.cancelled_total(),
+                },
+                item = rx.recv() => match item {
+                    Some(item) => state.push(item, Instant::now()),
+                    None => break 'outer,
+                },
+            }
+        };
+        let batch = loop {
+            while let Ok(item) = rx.try_recv() {
+                state.push(item, Instant::now());
+            }
+            if let Some(batch) = state.next_batch(Instant::now()) {
+                break batch;
+            }
+            let deadline = state.next_deadline();
+            tokio::select! {
+                item = rx.recv() => match item {
+                    Some(item) => state.push(item, Instant::now()),
+                    None => break 'outer,
+                },
+                () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
+            }
+        };
+        permit.send(batch);
+    }
+    // No more producers: run what is queued without waiting for companions.
+    while let Some(batch) = state.take_batch() {
+        if tx.send(batch).await.is_err() {
+            break;
+        }
+    }
+    state.cancelled_total()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[derive(Debug)]
+    struct Q(usize);
+    impl Pending for Q {
+        fn tokens(&self) -> usize {
+            self.0
+        }
+        fn is_cancelled(&self) -> bool {
+            false
+        }
+    }
+
+    fn limits(max_rows: usize, delay_ms: u64) -> Limits {
+        Limits {
+            max_rows,
+            max_tokens: 10_000,
+            max_delay: Duration::from_millis(delay_ms),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_query_runs_after_the_queue_delay() {
+        let (in_tx, in_rx) = mpsc::channel(16);
+        let (out_tx, mut out_rx) = mpsc::channel(1);
+        tokio::spawn(run(limits(8, 10), in_rx, out_tx));
+        let t0 = Instant::now();
+        in_tx.send(Q(3)).await.unwrap();
+        let batch = out_rx.recv().await.unwrap();
+        assert_eq!(batch.entries.len(), 1);
+        assert_eq!(
+            Instant::now() - t0,
+            Duration::from_millis(10),
+            "waited exactly the delay on the paused clock"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_does_not_wait() {
+        let (in_tx, in_rx) = mpsc::channel(16);
+        let (out_tx, mut out_rx) = mpsc::channel(1);
+        tokio::spawn(run(limits(4, 1000), in_rx, out_tx));
+        let t0 = Instant::now();
+        for _ in 0..4 {
+            in_tx.send(Q(3)).await.unwrap();
+        }
+        let batch = out_rx.recv().await.unwrap();
+        assert_eq!(batch.entries.len(), 4);
+        assert_eq!(Instant::now(), t0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queries_arriving_while_the_backend_is_busy_join_one_batch() {
+        let (in_tx, in_rx) = mpsc::channel(64);
+        let (out_tx, mut out_rx) = mpsc::channel(1);
+        tokio::spawn(run(limits(32, 1), in_rx, out_tx));
+        in_tx.send(Q(3)).await.unwrap();
+        // The first batch fills the slot; the backend has not taken it.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        for _ in 0..10 {
+            in_tx.send(Q(3)).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
+        // Those ten waited behind the full slot and leave together.
+        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn closing_the_input_flushes_the_queue_at_once() {
+        let (in_tx, in_rx) = mpsc::channel(16);
+        let (out_tx, mut out_rx) = mpsc::channel(1);
+        let task = tokio::spawn(run(limits(8, 60_000), in_rx, out_tx));
+        in_tx.send(Q(3)).await.unwrap();
+        in_tx.send(Q(4)).await.unwrap();
+        drop(in_tx);
+        let t0 = Instant::now();
+        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 2);
+        assert_eq!(Instant::now(), t0, "no waiting for the 60 s delay");
+        task.await.unwrap();
+    }
+}

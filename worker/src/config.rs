@@ -1,0 +1,143 @@
+//! The worker's configuration: one struct, every field a flag and an environment variable.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::Parser;
+
+/// GPU inference worker: serves an ONNX sequence classifier over HTTP with dynamic batching.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "worker", version, about)]
+pub struct Config {
+    /// Address to listen on; port 0 picks a free port (printed as `listening on http://ADDR`).
+    #[arg(long, env = "WORKER_LISTEN", default_value = "127.0.0.1:8081")]
+    pub listen: SocketAddr,
+
+    /// Model directory: an ONNX model file, `tokenizer.json` and a `config.json` with `id2label`.
+    #[arg(long, env = "WORKER_MODEL", default_value = "models/snips-minilm-l6")]
+    pub model: PathBuf,
+
+    /// ONNX file inside the model directory; by default `model.onnx`, else the only `*.onnx` file.
+    #[arg(long, env = "WORKER_MODEL_FILE")]
+    pub model_file: Option<String>,
+
+    /// Path of `libonnxruntime.so` (ONNX Runtime 1.31); `scripts/fetch-ort.sh` fetches it.
+    #[arg(long, env = "ORT_DYLIB_PATH")]
+    pub ort_lib: Option<PathBuf>,
+
+    /// `cpu`, or `cuda:N` for the CUDA execution provider on CUDA device N (fails if unavailable).
+    #[arg(long, env = "WORKER_DEVICE", default_value = "cpu", value_parser = parse_device)]
+    pub device: Device,
+
+    /// ONNX Runtime intra-op threads (CPU only); 0 lets ONNX Runtime choose.
+    #[arg(long, env = "WORKER_THREADS", default_value_t = 0)]
+    pub threads: usize,
+
+    /// Most queries in one batch.
+    #[arg(long, env = "WORKER_MAX_BATCH_ROWS", default_value_t = 32)]
+    pub max_batch_rows: usize,
+
+    /// Token budget of one batch: padded sequence length times rows.
+    #[arg(long, env = "WORKER_MAX_BATCH_TOKENS", default_value_t = 4096)]
+    pub max_batch_tokens: usize,
+
+    /// Longest a query waits for companions before its batch runs, in milliseconds.
+    #[arg(long, env = "WORKER_MAX_QUEUE_DELAY_MS", default_value_t = 2.0)]
+    pub max_queue_delay_ms: f64,
+
+    /// Most queries admitted at once (queued plus running); beyond it requests get 429.
+    #[arg(long, env = "WORKER_QUEUE_CAPACITY", default_value_t = 1024)]
+    pub queue_capacity: usize,
+
+    /// Most queries in one `POST /predict` body.
+    #[arg(long, env = "WORKER_MAX_QUERIES", default_value_t = 64)]
+    pub max_queries: usize,
+
+    /// Longest query accepted, in bytes of UTF-8.
+    #[arg(long, env = "WORKER_MAX_QUERY_BYTES", default_value_t = 2048)]
+    pub max_query_bytes: usize,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "WORKER_MAX_BODY_BYTES", default_value_t = 256 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Longest a request may take end to end before it is answered 504, in seconds.
+    #[arg(long, env = "WORKER_REQUEST_TIMEOUT_S", default_value_t = 30.0)]
+    pub request_timeout_s: f64,
+
+    /// After SIGTERM, how long queued and running requests may take before the worker exits.
+    #[arg(long, env = "WORKER_DRAIN_TIMEOUT_S", default_value_t = 30.0)]
+    pub drain_timeout_s: f64,
+
+    /// GPU telemetry sampling period, in milliseconds.
+    #[arg(long, env = "WORKER_GPU_SAMPLE_MS", default_value_t = 250)]
+    pub gpu_sample_ms: u64,
+
+    /// Window of the rates in `/v1/stats`, in seconds.
+    #[arg(long, env = "WORKER_STATS_WINDOW_S", default_value_t = 10)]
+    pub stats_window_s: u64,
+
+    /// Log as JSON lines instead of text.
+    #[arg(long, env = "WORKER_LOG_JSON")]
+    pub log_json: bool,
+}
+
+impl Config {
+    pub fn max_queue_delay(&self) -> Duration {
+        Duration::from_secs_f64(self.max_queue_delay_ms.max(0.0) / 1000.0)
+    }
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.request_timeout_s.max(0.001))
+    }
+    pub fn drain_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.drain_timeout_s.max(0.0))
+    }
+}
+
+/// Where inference runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(u32),
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cpu => f.write_str("cpu"),
+            Self::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+fn parse_device(s: &str) -> Result<Device, String> {
+    match s {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| format!("expected `cpu` or `cuda:N`, got `{s}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse() {
+        assert_eq!(parse_device("cpu"), Ok(Device::Cpu));
+        assert_eq!(parse_device("cuda:3"), Ok(Device::Cuda(3)));
+        assert_eq!(parse_device("cuda"), Ok(Device::Cuda(0)));
+        assert!(parse_device("gpu").is_err());
+        assert!(parse_device("cuda:x").is_err());
+    }
+
+    #[test]
+    fn defaults_are_consistent() {
+        let c = Config::parse_from(["worker"]);
+        assert!(c.max_batch_rows <= c.queue_capacity);
+        assert_eq!(c.device, Device::Cpu);
+    }
+}

@@ -1,0 +1,232 @@
+//! Prometheus metrics. Every name and label is listed in `docs/worker.md`.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use wire::GpuTelemetry;
+
+use crate::batching::Limits;
+use crate::load::Load;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `ok`, or the response's `error_type`.
+    pub outcome: &'static str,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    pub requests: Family<OutcomeLabels, Counter>,
+    pub request_duration: Family<OutcomeLabels, Histogram>,
+    pub queries: Family<OutcomeLabels, Counter>,
+    pub batch_rows: Histogram,
+    pub batch_padded_len: Histogram,
+    pub queue_wait: Histogram,
+    pub inference: Histogram,
+    pub cancelled: Counter,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 us .. ~26 s
+    Histogram::new(exponential_buckets(1e-4, 2.0, 19))
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(latency_histogram),
+            queries: Family::default(),
+            batch_rows: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
+            batch_padded_len: Histogram::new(exponential_buckets(4.0, 2.0, 9)),
+            queue_wait: latency_histogram(),
+            inference: latency_histogram(),
+            cancelled: Counter::default(),
+        };
+        registry.register(
+            "worker_requests",
+            "HTTP /predict requests by outcome",
+            m.requests.clone(),
+        );
+        registry.register(
+            "worker_request_duration_seconds",
+            "Time from arrival to answer of /predict requests, by outcome",
+            m.request_duration.clone(),
+        );
+        registry.register(
+            "worker_queries",
+            "Queries (one request may carry several) by outcome",
+            m.queries.clone(),
+        );
+        registry.register(
+            "worker_batch_rows",
+            "Queries per batch run",
+            m.batch_rows.clone(),
+        );
+        registry.register(
+            "worker_batch_padded_length",
+            "Padded sequence length of batches run",
+            m.batch_padded_len.clone(),
+        );
+        registry.register(
+            "worker_queue_wait_seconds",
+            "Time a query waited from admission to its batch",
+            m.queue_wait.clone(),
+        );
+        registry.register(
+            "worker_inference_seconds",
+            "Backend time per batch",
+            m.inference.clone(),
+        );
+        registry.register(
+            "worker_cancelled_queries",
+            "Queries dropped before inference because their client had gone",
+            m.cancelled.clone(),
+        );
+        m
+    }
+
+    pub fn observe_request(&self, outcome: &'static str, queries: u64, seconds: f64) {
+        let labels = OutcomeLabels { outcome };
+        self.requests.get_or_create(&labels).inc();
+        self.queries.get_or_create(&labels).inc_by(queries);
+        self.request_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+}
+
+/// Gauges read at scrape time: queue depth and the latest GPU sample. GPU gauges are only
+/// written while telemetry is available: an absent series, not a zero, means "no reading".
+#[derive(Debug)]
+pub struct LiveCollector {
+    pub load: Arc<Load>,
+    pub limits: Limits,
+    pub gpu: watch::Receiver<GpuTelemetry>,
+}
+
+fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: N,
+) -> std::fmt::Result {
+    let g = ConstGauge::new(value);
+    g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+impl Collector for LiveCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let q = self.load.stats(self.limits);
+        let e = &mut encoder;
+        gauge(
+            e,
+            "worker_queue_depth",
+            "Admitted queries waiting for a batch",
+            q.queued as i64,
+        )?;
+        gauge(
+            e,
+            "worker_in_flight",
+            "Queries in the batch being run",
+            q.in_flight as i64,
+        )?;
+        gauge(
+            e,
+            "worker_queue_capacity",
+            "Most queries admitted at once",
+            q.capacity as i64,
+        )?;
+        let gpu = self.gpu.borrow().clone();
+        match gpu {
+            GpuTelemetry::Unavailable { .. } => {
+                gauge(
+                    e,
+                    "worker_gpu_telemetry_available",
+                    "1 when NVML telemetry is being read",
+                    0i64,
+                )?;
+            }
+            GpuTelemetry::Available(s) => {
+                gauge(
+                    e,
+                    "worker_gpu_telemetry_available",
+                    "1 when NVML telemetry is being read",
+                    1i64,
+                )?;
+                let d = &s.device;
+                gauge(
+                    e,
+                    "worker_gpu_utilization_ratio",
+                    "Device utilization (kernel duty cycle), 0..1",
+                    d.utilization_pct / 100.0,
+                )?;
+                gauge(
+                    e,
+                    "worker_gpu_memory_utilization_ratio",
+                    "Device memory busy fraction, 0..1",
+                    d.memory_utilization_pct / 100.0,
+                )?;
+                gauge(
+                    e,
+                    "worker_gpu_memory_used_bytes",
+                    "Device memory used",
+                    d.memory_used_bytes as f64,
+                )?;
+                gauge(
+                    e,
+                    "worker_gpu_memory_total_bytes",
+                    "Device memory total",
+                    d.memory_total_bytes as f64,
+                )?;
+                if let Some(w) = d.power_watts {
+                    gauge(e, "worker_gpu_power_watts", "Device power draw", w)?;
+                }
+                if let Some(mhz) = d.sm_clock_mhz {
+                    gauge(
+                        e,
+                        "worker_gpu_sm_clock_hertz",
+                        "SM clock",
+                        f64::from(mhz) * 1e6,
+                    )?;
+                }
+                if let Some(p) = s.process.sm_utilization_pct {
+                    gauge(
+                        e,
+                        "worker_gpu_process_sm_utilization_ratio",
+                        "This process's SM utilization, 0..1",
+                        p / 100.0,
+                    )?;
+                }
+                if let Some(b) = s.process.memory_used_bytes {
+                    gauge(
+                        e,
+                        "worker_gpu_process_memory_used_bytes",
+                        "Device memory held by this process",
+                        b as f64,
+                    )?;
+                }
+                gauge(
+                    e,
+                    "worker_gpu_shared",
+                    "1 when other compute processes use the same GPU",
+                    i64::from(s.shared),
+                )?;
+                gauge(
+                    e,
+                    "worker_gpu_sample_age_seconds",
+                    "Age of the GPU sample",
+                    s.age_ms as f64 / 1e3,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,5 @@
+//! GPU telemetry from NVML.
+
+mod gpu;
+
+pub use gpu::{spawn_sampler, with_age};
