@@ -221,10 +221,7 @@ impl GpuTelemetry {
     /// device's otherwise. `None` when unavailable.
     pub fn utilization_pct(&self) -> Option<f64> {
         match self {
-            Self::Available(s) if s.shared => s
-                .process
-                .sm_utilization_pct
-                .or(Some(s.device.utilization_pct)),
+            Self::Available(s) if s.shared => s.process.sm_utilization_pct.or(Some(s.device.utilization_pct)),
             Self::Available(s) => Some(s.device.utilization_pct),
             Self::Unavailable { .. } => None,
         }
@@ -295,23 +292,15 @@ mod tests {
             ErrorType::MethodNotAllowed,
             ErrorType::Internal,
         ] {
-            assert_eq!(
-                serde_json::to_string(&t).unwrap(),
-                format!("\"{}\"", t.as_str())
-            );
+            assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{}\"", t.as_str()));
         }
     }
 
     #[test]
     fn unavailable_gpu_carries_its_reason_and_no_numbers() {
-        let t = GpuTelemetry::Unavailable {
-            reason: "worker runs on cpu".into(),
-        };
+        let t = GpuTelemetry::Unavailable { reason: "worker runs on cpu".into() };
         let v = serde_json::to_value(&t).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({"status": "unavailable", "reason": "worker runs on cpu"})
-        );
+        assert_eq!(v, serde_json::json!({"status": "unavailable", "reason": "worker runs on cpu"}));
         assert_eq!(t.utilization_pct(), None);
     }
 
@@ -332,11 +321,7 @@ mod tests {
                 power_limit_watts: None,
                 sm_clock_mhz: None,
             },
-            process: GpuProcess {
-                pid: 1,
-                sm_utilization_pct: process,
-                memory_used_bytes: None,
-            },
+            process: GpuProcess { pid: 1, sm_utilization_pct: process, memory_used_bytes: None },
             shared,
         })
     }

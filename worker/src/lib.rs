@@ -50,12 +50,7 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     tracing::info!(model = %model.model_path.display(), labels = model.labels.len(), device = %config.device, "loading");
     let env = backend::ort::load_library(config.ort_lib.as_deref())?;
     let backend = {
-        let (path, device, threads, n) = (
-            model.model_path.clone(),
-            config.device,
-            config.threads,
-            model.labels.len(),
-        );
+        let (path, device, threads, n) = (model.model_path.clone(), config.device, config.threads, model.labels.len());
         tokio::task::spawn_blocking(move || OrtBackend::load(&env, &path, device, threads, n))
             .await
             .map_err(|e| StartupError::Other(format!("model loading task: {e}")))??
@@ -68,28 +63,16 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     };
     let load = Arc::new(Load::new(config.queue_capacity.max(1)));
     let stats = Arc::new(Stats::new(Duration::from_secs(config.stats_window_s)));
-    let gpu = telemetry::spawn_sampler(
-        config.device,
-        Duration::from_millis(config.gpu_sample_ms.max(10)),
-    );
+    let gpu = telemetry::spawn_sampler(config.device, Duration::from_millis(config.gpu_sample_ms.max(10)));
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
-    registry.register_collector(Box::new(LiveCollector {
-        load: load.clone(),
-        limits: batch_limits,
-        gpu: gpu.clone(),
-    }));
+    registry.register_collector(Box::new(LiveCollector { load: load.clone(), limits: batch_limits, gpu: gpu.clone() }));
 
     let (queue_tx, queue_rx) = mpsc::channel(config.queue_capacity.max(1));
     let (batch_tx, batch_rx) = mpsc::channel(1);
     tokio::spawn(batching::task::run(batch_limits, queue_rx, batch_tx));
-    let observers = backend::runner::Observers {
-        load: load.clone(),
-        stats: stats.clone(),
-        metrics: metrics.clone(),
-    };
-    backend::spawn(backend, batch_rx, observers)
-        .map_err(|e| StartupError::Other(format!("backend thread: {e}")))?;
+    let observers = backend::runner::Observers { load: load.clone(), stats: stats.clone(), metrics: metrics.clone() };
+    backend::spawn(backend, batch_rx, observers).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?;
 
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
     let state = AppState::new(Inner {
@@ -117,12 +100,8 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
         draining: AtomicBool::new(false),
     });
 
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| StartupError::Listen(config.listen, e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| StartupError::Listen(config.listen, e))?;
+    let listener = TcpListener::bind(config.listen).await.map_err(|e| StartupError::Listen(config.listen, e))?;
+    let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;
     announce(addr);
     tracing::info!(%addr, "ready");
 
@@ -142,17 +121,11 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     if load.outstanding() > 0 {
-        tracing::warn!(
-            outstanding = load.outstanding(),
-            "drain timeout reached with work outstanding"
-        );
+        tracing::warn!(outstanding = load.outstanding(), "drain timeout reached with work outstanding");
     }
     let _ = stop_tx.send(());
     // Responses already computed are being written; idle keep-alive connections close at once.
-    if tokio::time::timeout(Duration::from_secs(5), server)
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(Duration::from_secs(5), server).await.is_err() {
         tracing::warn!("connections still open after drain; exiting anyway");
     }
     tracing::info!("stopped");

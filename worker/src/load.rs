@@ -17,14 +17,8 @@ pub struct Load {
 
 impl Load {
     pub fn new(capacity: usize) -> Self {
-        let capacity = u32::try_from(capacity)
-            .unwrap_or(u32::MAX)
-            .min(Semaphore::MAX_PERMITS as u32);
-        Self {
-            capacity,
-            permits: Arc::new(Semaphore::new(capacity as usize)),
-            in_flight: AtomicU64::new(0),
-        }
+        let capacity = u32::try_from(capacity).unwrap_or(u32::MAX).min(Semaphore::MAX_PERMITS as u32);
+        Self { capacity, permits: Arc::new(Semaphore::new(capacity as usize)), in_flight: AtomicU64::new(0) }
     }
 
     /// Admits `n` queries, or refuses at once when fewer than `n` places are free.
@@ -66,11 +60,7 @@ mod tests {
     #[test]
     fn admission_is_bounded_and_counts_are_disjoint() {
         let load = Load::new(4);
-        let limits = Limits {
-            max_rows: 2,
-            max_tokens: 10,
-            max_delay: Duration::ZERO,
-        };
+        let limits = Limits { max_rows: 2, max_tokens: 10, max_delay: Duration::ZERO };
         let a = load.try_admit(3).expect("room for 3");
         assert!(load.try_admit(2).is_none(), "only one place left");
         let b = load.try_admit(1).expect("the last place");
@@ -81,9 +71,6 @@ mod tests {
         drop(b);
         load.set_in_flight(0);
         assert_eq!(load.outstanding(), 0);
-        assert!(
-            load.try_admit(5).is_none(),
-            "more than the capacity never fits"
-        );
+        assert!(load.try_admit(5).is_none(), "more than the capacity never fits");
     }
 }

@@ -50,26 +50,14 @@ impl Metrics {
             inference: latency_histogram(),
             cancelled: Counter::default(),
         };
-        registry.register(
-            "worker_requests",
-            "HTTP /predict requests by outcome",
-            m.requests.clone(),
-        );
+        registry.register("worker_requests", "HTTP /predict requests by outcome", m.requests.clone());
         registry.register(
             "worker_request_duration_seconds",
             "Time from arrival to answer of /predict requests, by outcome",
             m.request_duration.clone(),
         );
-        registry.register(
-            "worker_queries",
-            "Queries (one request may carry several) by outcome",
-            m.queries.clone(),
-        );
-        registry.register(
-            "worker_batch_rows",
-            "Queries per batch run",
-            m.batch_rows.clone(),
-        );
+        registry.register("worker_queries", "Queries (one request may carry several) by outcome", m.queries.clone());
+        registry.register("worker_batch_rows", "Queries per batch run", m.batch_rows.clone());
         registry.register(
             "worker_batch_padded_length",
             "Padded sequence length of batches run",
@@ -80,11 +68,7 @@ impl Metrics {
             "Time a query waited from admission to its batch",
             m.queue_wait.clone(),
         );
-        registry.register(
-            "worker_inference_seconds",
-            "Backend time per batch",
-            m.inference.clone(),
-        );
+        registry.register("worker_inference_seconds", "Backend time per batch", m.inference.clone());
         registry.register(
             "worker_cancelled_queries",
             "Queries dropped before inference because their client had gone",
@@ -97,9 +81,7 @@ impl Metrics {
         let labels = OutcomeLabels { outcome };
         self.requests.get_or_create(&labels).inc();
         self.queries.get_or_create(&labels).inc_by(queries);
-        self.request_duration
-            .get_or_create(&labels)
-            .observe(seconds);
+        self.request_duration.get_or_create(&labels).observe(seconds);
     }
 }
 
@@ -126,41 +108,16 @@ impl Collector for LiveCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let q = self.load.stats(self.limits);
         let e = &mut encoder;
-        gauge(
-            e,
-            "worker_queue_depth",
-            "Admitted queries waiting for a batch",
-            q.queued as i64,
-        )?;
-        gauge(
-            e,
-            "worker_in_flight",
-            "Queries in the batch being run",
-            q.in_flight as i64,
-        )?;
-        gauge(
-            e,
-            "worker_queue_capacity",
-            "Most queries admitted at once",
-            q.capacity as i64,
-        )?;
+        gauge(e, "worker_queue_depth", "Admitted queries waiting for a batch", q.queued as i64)?;
+        gauge(e, "worker_in_flight", "Queries in the batch being run", q.in_flight as i64)?;
+        gauge(e, "worker_queue_capacity", "Most queries admitted at once", q.capacity as i64)?;
         let gpu = self.gpu.borrow().clone();
         match gpu {
             GpuTelemetry::Unavailable { .. } => {
-                gauge(
-                    e,
-                    "worker_gpu_telemetry_available",
-                    "1 when NVML telemetry is being read",
-                    0i64,
-                )?;
+                gauge(e, "worker_gpu_telemetry_available", "1 when NVML telemetry is being read", 0i64)?;
             }
             GpuTelemetry::Available(s) => {
-                gauge(
-                    e,
-                    "worker_gpu_telemetry_available",
-                    "1 when NVML telemetry is being read",
-                    1i64,
-                )?;
+                gauge(e, "worker_gpu_telemetry_available", "1 when NVML telemetry is being read", 1i64)?;
                 let d = &s.device;
                 gauge(
                     e,
@@ -174,28 +131,13 @@ impl Collector for LiveCollector {
                     "Device memory busy fraction, 0..1",
                     d.memory_utilization_pct / 100.0,
                 )?;
-                gauge(
-                    e,
-                    "worker_gpu_memory_used_bytes",
-                    "Device memory used",
-                    d.memory_used_bytes as f64,
-                )?;
-                gauge(
-                    e,
-                    "worker_gpu_memory_total_bytes",
-                    "Device memory total",
-                    d.memory_total_bytes as f64,
-                )?;
+                gauge(e, "worker_gpu_memory_used_bytes", "Device memory used", d.memory_used_bytes as f64)?;
+                gauge(e, "worker_gpu_memory_total_bytes", "Device memory total", d.memory_total_bytes as f64)?;
                 if let Some(w) = d.power_watts {
                     gauge(e, "worker_gpu_power_watts", "Device power draw", w)?;
                 }
                 if let Some(mhz) = d.sm_clock_mhz {
-                    gauge(
-                        e,
-                        "worker_gpu_sm_clock_hertz",
-                        "SM clock",
-                        f64::from(mhz) * 1e6,
-                    )?;
+                    gauge(e, "worker_gpu_sm_clock_hertz", "SM clock", f64::from(mhz) * 1e6)?;
                 }
                 if let Some(p) = s.process.sm_utilization_pct {
                     gauge(
@@ -206,25 +148,10 @@ impl Collector for LiveCollector {
                     )?;
                 }
                 if let Some(b) = s.process.memory_used_bytes {
-                    gauge(
-                        e,
-                        "worker_gpu_process_memory_used_bytes",
-                        "Device memory held by this process",
-                        b as f64,
-                    )?;
+                    gauge(e, "worker_gpu_process_memory_used_bytes", "Device memory held by this process", b as f64)?;
                 }
-                gauge(
-                    e,
-                    "worker_gpu_shared",
-                    "1 when other compute processes use the same GPU",
-                    i64::from(s.shared),
-                )?;
-                gauge(
-                    e,
-                    "worker_gpu_sample_age_seconds",
-                    "Age of the GPU sample",
-                    s.age_ms as f64 / 1e3,
-                )?;
+                gauge(e, "worker_gpu_shared", "1 when other compute processes use the same GPU", i64::from(s.shared))?;
+                gauge(e, "worker_gpu_sample_age_seconds", "Age of the GPU sample", s.age_ms as f64 / 1e3)?;
             }
         }
         Ok(())

@@ -63,16 +63,14 @@ impl ModelDir {
         let model_path = find_model_file(dir, model_file)?;
 
         let config_path = dir.join("config.json");
-        let raw =
-            std::fs::read(&config_path).map_err(|e| ModelError::Io(config_path.clone(), e))?;
-        let config: HfConfig = serde_json::from_slice(&raw)
-            .map_err(|e| ModelError::Config(config_path.clone(), e.to_string()))?;
-        let labels = labels_in_order(&config.id2label)
-            .map_err(|e| ModelError::Config(config_path.clone(), e))?;
+        let raw = std::fs::read(&config_path).map_err(|e| ModelError::Io(config_path.clone(), e))?;
+        let config: HfConfig =
+            serde_json::from_slice(&raw).map_err(|e| ModelError::Config(config_path.clone(), e.to_string()))?;
+        let labels = labels_in_order(&config.id2label).map_err(|e| ModelError::Config(config_path.clone(), e))?;
 
         let tok_path = dir.join("tokenizer.json");
-        let mut tokenizer = Tokenizer::from_file(&tok_path)
-            .map_err(|e| ModelError::Tokenizer(tok_path.clone(), e.to_string()))?;
+        let mut tokenizer =
+            Tokenizer::from_file(&tok_path).map_err(|e| ModelError::Tokenizer(tok_path.clone(), e.to_string()))?;
         // The batcher pads; a tokenizer that pads too would waste the token budget.
         tokenizer.with_padding(None);
         let max_tokens = match tokenizer.get_truncation() {
@@ -80,35 +78,19 @@ impl ModelDir {
             None => {
                 let max_length = config.max_position_embeddings.unwrap_or(DEFAULT_MAX_TOKENS);
                 tokenizer
-                    .with_truncation(Some(TruncationParams {
-                        max_length,
-                        ..Default::default()
-                    }))
+                    .with_truncation(Some(TruncationParams { max_length, ..Default::default() }))
                     .map_err(|e| ModelError::Tokenizer(tok_path.clone(), e.to_string()))?;
                 max_length
             }
         };
-        Ok(Self {
-            name,
-            model_path,
-            tokenizer,
-            labels,
-            max_tokens,
-        })
+        Ok(Self { name, model_path, tokenizer, labels, max_tokens })
     }
 }
 
 fn find_model_file(dir: &Path, model_file: Option<&str>) -> Result<PathBuf, ModelError> {
     if let Some(f) = model_file {
         let p = dir.join(f);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(ModelError::ModelFile(
-                dir.to_owned(),
-                format!("no file {f}"),
-            ))
-        };
+        return if p.is_file() { Ok(p) } else { Err(ModelError::ModelFile(dir.to_owned(), format!("no file {f}"))) };
     }
     let default = dir.join("model.onnx");
     if default.is_file() {
@@ -121,10 +103,7 @@ fn find_model_file(dir: &Path, model_file: Option<&str>) -> Result<PathBuf, Mode
         .collect();
     match onnx.len() {
         1 => Ok(onnx.remove(0)),
-        0 => Err(ModelError::ModelFile(
-            dir.to_owned(),
-            "no .onnx file".into(),
-        )),
+        0 => Err(ModelError::ModelFile(dir.to_owned(), "no .onnx file".into())),
         _ => Err(ModelError::ModelFile(
             dir.to_owned(),
             "several .onnx files and no model.onnx: pick one with --model-file".into(),
@@ -136,12 +115,8 @@ fn find_model_file(dir: &Path, model_file: Option<&str>) -> Result<PathBuf, Mode
 fn labels_in_order(id2label: &BTreeMap<String, String>) -> Result<Vec<String>, String> {
     let mut labels = vec![None; id2label.len()];
     for (id, label) in id2label {
-        let i: usize = id
-            .parse()
-            .map_err(|_| format!("id2label key {id:?} is not a number"))?;
-        let slot = labels
-            .get_mut(i)
-            .ok_or_else(|| format!("id2label ids must be 0..{}", id2label.len()))?;
+        let i: usize = id.parse().map_err(|_| format!("id2label key {id:?} is not a number"))?;
+        let slot = labels.get_mut(i).ok_or_else(|| format!("id2label ids must be 0..{}", id2label.len()))?;
         *slot = Some(label.clone());
     }
     let labels: Option<Vec<String>> = labels.into_iter().collect();
@@ -156,16 +131,12 @@ mod tests {
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect()
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
 
     #[test]
     fn labels_follow_numeric_ids_not_string_order() {
-        let ids: Vec<(String, String)> =
-            (0..12).map(|i| (i.to_string(), format!("L{i}"))).collect();
+        let ids: Vec<(String, String)> = (0..12).map(|i| (i.to_string(), format!("L{i}"))).collect();
         let m: BTreeMap<_, _> = ids.into_iter().collect();
         let labels = labels_in_order(&m).unwrap();
         assert_eq!(labels[2], "L2");

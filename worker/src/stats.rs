@@ -42,11 +42,7 @@ impl Stats {
     }
 
     pub fn starting_at(started: Instant, window: Duration) -> Self {
-        Self {
-            started,
-            window_s: window.as_secs().max(1),
-            inner: Mutex::default(),
-        }
+        Self { started, window_s: window.as_secs().max(1), inner: Mutex::default() }
     }
 
     pub fn uptime(&self, now: Instant) -> Duration {
@@ -55,21 +51,12 @@ impl Stats {
 
     fn with_bucket(&self, now: Instant, f: impl FnOnce(&mut Bucket, &mut Totals)) {
         let second = self.uptime(now).as_secs();
-        let mut guard = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (buckets, totals) = &mut *guard;
         if buckets.back().is_none_or(|b| b.second != second) {
-            buckets.push_back(Bucket {
-                second,
-                ..Bucket::default()
-            });
+            buckets.push_back(Bucket { second, ..Bucket::default() });
         }
-        while buckets
-            .front()
-            .is_some_and(|b| b.second + self.window_s < second)
-        {
+        while buckets.front().is_some_and(|b| b.second + self.window_s < second) {
             buckets.pop_front();
         }
         let bucket = buckets.back_mut().expect("just pushed");
@@ -98,14 +85,7 @@ impl Stats {
     }
 
     /// A batch of `rows` padded to `padded_len` ran for `inference`; its rows waited `queue_wait` in all.
-    pub fn batch(
-        &self,
-        now: Instant,
-        rows: u64,
-        padded_len: u64,
-        inference: Duration,
-        queue_wait: Duration,
-    ) {
+    pub fn batch(&self, now: Instant, rows: u64, padded_len: u64, inference: Duration, queue_wait: Duration) {
         self.with_bucket(now, |b, t| {
             b.batches += 1;
             b.rows += rows;
@@ -121,21 +101,12 @@ impl Stats {
     pub fn snapshot(&self, now: Instant) -> (RateStats, BatchStats) {
         let uptime = self.uptime(now);
         let current = uptime.as_secs();
-        let guard = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let guard = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (buckets, totals) = &*guard;
         // The window ends now and starts `window_s` seconds back; the oldest bucket may be partial.
-        let span = uptime
-            .min(Duration::from_secs(self.window_s))
-            .as_secs_f64()
-            .max(1e-3);
+        let span = uptime.min(Duration::from_secs(self.window_s)).as_secs_f64().max(1e-3);
         let mut sum = Bucket::default();
-        for b in buckets
-            .iter()
-            .filter(|b| b.second + self.window_s > current)
-        {
+        for b in buckets.iter().filter(|b| b.second + self.window_s > current) {
             sum.admitted += b.admitted;
             sum.completed += b.completed;
             sum.rejected += b.rejected;

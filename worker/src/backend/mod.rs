@@ -19,30 +19,13 @@ pub struct InputBatch {
 impl InputBatch {
     /// Pads each `(ids, type_ids)` row to the longest; padding is id 0 with mask 0.
     pub fn pad<'a>(rows: impl IntoIterator<Item = (&'a [i64], &'a [i64])> + Clone) -> Self {
-        let seq_len = rows
-            .clone()
-            .into_iter()
-            .map(|(ids, _)| ids.len())
-            .max()
-            .unwrap_or(0);
-        let mut batch = Self {
-            rows: 0,
-            seq_len,
-            input_ids: vec![],
-            attention_mask: vec![],
-            token_type_ids: vec![],
-        };
+        let seq_len = rows.clone().into_iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
+        let mut batch = Self { rows: 0, seq_len, input_ids: vec![], attention_mask: vec![], token_type_ids: vec![] };
         for (ids, types) in rows {
             let pad = seq_len - ids.len();
-            batch
-                .input_ids
-                .extend(ids.iter().copied().chain(std::iter::repeat_n(0, pad)));
-            batch
-                .attention_mask
-                .extend(std::iter::repeat_n(1, ids.len()).chain(std::iter::repeat_n(0, pad)));
-            batch
-                .token_type_ids
-                .extend(types.iter().copied().chain(std::iter::repeat_n(0, pad)));
+            batch.input_ids.extend(ids.iter().copied().chain(std::iter::repeat_n(0, pad)));
+            batch.attention_mask.extend(std::iter::repeat_n(1, ids.len()).chain(std::iter::repeat_n(0, pad)));
+            batch.token_type_ids.extend(types.iter().copied().chain(std::iter::repeat_n(0, pad)));
             batch.rows += 1;
         }
         batch

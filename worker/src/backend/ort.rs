@@ -27,10 +27,7 @@ pub struct OrtBackend {
 
 impl std::fmt::Debug for OrtBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OrtBackend")
-            .field("inputs", &self.inputs)
-            .field("output", &self.output)
-            .finish()
+        f.debug_struct("OrtBackend").field("inputs", &self.inputs).field("output", &self.output).finish()
     }
 }
 
@@ -49,10 +46,7 @@ pub fn load_library(path: Option<&Path>) -> Result<ort::environment::Environment
         )));
     }
     let builder = ort::init_from(path).map_err(|e| BackendError::Library(e.to_string()))?;
-    builder
-        .with_name("worker")
-        .build()
-        .map_err(|e| BackendError::Library(e.to_string()))
+    builder.with_name("worker").build().map_err(|e| BackendError::Library(e.to_string()))
 }
 
 impl OrtBackend {
@@ -68,16 +62,11 @@ impl OrtBackend {
         match device {
             Device::Cpu => {
                 if threads > 0 {
-                    builder = builder
-                        .with_intra_threads(threads)
-                        .map_err(|e| load(e.into()))?;
+                    builder = builder.with_intra_threads(threads).map_err(|e| load(e.into()))?;
                 }
             }
             Device::Cuda(n) => {
-                let cuda = ep::CUDA::default()
-                    .with_device_id(n as i32)
-                    .build()
-                    .error_on_failure();
+                let cuda = ep::CUDA::default().with_device_id(n as i32).build().error_on_failure();
                 builder = builder.with_execution_providers([cuda]).map_err(|e| {
                     BackendError::ExecutionProvider(format!(
                         "CUDA execution provider on device {n} could not be registered: {e} \
@@ -92,19 +81,9 @@ impl OrtBackend {
     }
 
     fn from_session(session: Session, num_labels: usize) -> Result<Self, BackendError> {
-        let mut names = InputNames {
-            input_ids: String::new(),
-            attention_mask: None,
-            token_type_ids: None,
-        };
+        let mut names = InputNames { input_ids: String::new(), attention_mask: None, token_type_ids: None };
         for input in session.inputs() {
-            if !matches!(
-                input.dtype(),
-                ValueType::Tensor {
-                    ty: TensorElementType::Int64,
-                    ..
-                }
-            ) {
+            if !matches!(input.dtype(), ValueType::Tensor { ty: TensorElementType::Int64, .. }) {
                 return Err(BackendError::Load(format!(
                     "input `{}` is {:?}; only int64 token inputs are supported",
                     input.name(),
@@ -116,16 +95,12 @@ impl OrtBackend {
                 "attention_mask" => names.attention_mask = Some(input.name().to_owned()),
                 "token_type_ids" => names.token_type_ids = Some(input.name().to_owned()),
                 other => {
-                    return Err(BackendError::Load(format!(
-                        "unexpected model input `{other}`"
-                    )));
+                    return Err(BackendError::Load(format!("unexpected model input `{other}`")));
                 }
             }
         }
         if names.input_ids.is_empty() {
-            return Err(BackendError::Load(
-                "the model has no `input_ids` input".into(),
-            ));
+            return Err(BackendError::Load("the model has no `input_ids` input".into()));
         }
         let output = session
             .outputs()
@@ -134,11 +109,7 @@ impl OrtBackend {
             .or_else(|| session.outputs().first())
             .ok_or_else(|| BackendError::Load("the model has no output".into()))?;
         match output.dtype() {
-            ValueType::Tensor {
-                ty: TensorElementType::Float32,
-                shape,
-                ..
-            } => {
+            ValueType::Tensor { ty: TensorElementType::Float32, shape, .. } => {
                 let width = shape.last().copied().unwrap_or(-1);
                 if width >= 0 && width as usize != num_labels {
                     return Err(BackendError::Load(format!(
@@ -155,12 +126,7 @@ impl OrtBackend {
             }
         }
         let output = output.name().to_owned();
-        Ok(Self {
-            session,
-            inputs: names,
-            output,
-            num_labels,
-        })
+        Ok(Self { session, inputs: names, output, num_labels })
     }
 }
 
@@ -169,14 +135,10 @@ impl Backend for OrtBackend {
         let err = |e: ort::Error| BackendError::Inference(e.to_string());
         let shape = [batch.rows, batch.seq_len];
         let tensor = |data: &Vec<i64>| -> Result<SessionInputValue<'static>, BackendError> {
-            Ok(Tensor::from_array((shape, data.clone()))
-                .map_err(err)?
-                .into())
+            Ok(Tensor::from_array((shape, data.clone())).map_err(err)?.into())
         };
-        let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = vec![(
-            Cow::from(self.inputs.input_ids.as_str()),
-            tensor(&batch.input_ids)?,
-        )];
+        let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
+            vec![(Cow::from(self.inputs.input_ids.as_str()), tensor(&batch.input_ids)?)];
         if let Some(name) = &self.inputs.attention_mask {
             inputs.push((Cow::from(name.as_str()), tensor(&batch.attention_mask)?));
         }
@@ -184,18 +146,11 @@ impl Backend for OrtBackend {
             inputs.push((Cow::from(name.as_str()), tensor(&batch.token_type_ids)?));
         }
         let outputs = self.session.run(inputs).map_err(err)?;
-        let (out_shape, logits) = outputs[self.output.as_str()]
-            .try_extract_tensor::<f32>()
-            .map_err(err)?;
+        let (out_shape, logits) = outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(err)?;
         let expected = [batch.rows as i64, self.num_labels as i64];
         if out_shape[..] != expected[..] {
-            return Err(BackendError::Inference(format!(
-                "output shape {out_shape:?}, expected {expected:?}"
-            )));
+            return Err(BackendError::Inference(format!("output shape {out_shape:?}, expected {expected:?}")));
         }
-        Ok(logits
-            .chunks(self.num_labels)
-            .map(<[f32]>::to_vec)
-            .collect())
+        Ok(logits.chunks(self.num_labels).map(<[f32]>::to_vec).collect())
     }
 }

@@ -31,22 +31,17 @@ pub fn spawn<B: Backend>(
     mut batches: mpsc::Receiver<Batch<Entry>>,
     obs: Observers,
 ) -> std::io::Result<BackendHandle> {
-    let thread = std::thread::Builder::new()
-        .name("backend".into())
-        .spawn(move || {
-            while let Some(batch) = batches.blocking_recv() {
-                run_batch(&mut backend, batch, &obs);
-            }
-        })?;
+    let thread = std::thread::Builder::new().name("backend".into()).spawn(move || {
+        while let Some(batch) = batches.blocking_recv() {
+            run_batch(&mut backend, batch, &obs);
+        }
+    })?;
     Ok(BackendHandle { thread })
 }
 
 fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, obs: &Observers) {
     let started = Instant::now();
-    let (live, gone): (Vec<_>, Vec<_>) = batch
-        .entries
-        .into_iter()
-        .partition(|q| !q.item.is_cancelled());
+    let (live, gone): (Vec<_>, Vec<_>) = batch.entries.into_iter().partition(|q| !q.item.is_cancelled());
     obs.metrics.cancelled.inc_by(gone.len() as u64);
     if live.is_empty() {
         return;
@@ -58,29 +53,18 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, obs: &Observers) 
         total_wait += wait;
         obs.metrics.queue_wait.observe(wait.as_secs_f64());
     }
-    let input = InputBatch::pad(
-        live.iter()
-            .map(|q| (&q.item.input_ids[..], &q.item.type_ids[..])),
-    );
+    let input = InputBatch::pad(live.iter().map(|q| (&q.item.input_ids[..], &q.item.type_ids[..])));
     let span = tracing::debug_span!("batch", rows = input.rows, padded_len = input.seq_len);
     let result = span.in_scope(|| backend.infer(&input));
     let elapsed = started.elapsed();
     obs.metrics.inference.observe(elapsed.as_secs_f64());
     obs.metrics.batch_rows.observe(input.rows as f64);
     obs.metrics.batch_padded_len.observe(input.seq_len as f64);
-    obs.stats.batch(
-        Instant::now(),
-        input.rows as u64,
-        input.seq_len as u64,
-        elapsed,
-        total_wait,
-    );
+    obs.stats.batch(Instant::now(), input.rows as u64, input.seq_len as u64, elapsed, total_wait);
     match result {
         Ok(rows) => {
             for (q, logits) in live.into_iter().zip(rows) {
-                q.item.span.in_scope(|| {
-                    tracing::trace!(inference_ms = elapsed.as_secs_f64() * 1e3, "answered")
-                });
+                q.item.span.in_scope(|| tracing::trace!(inference_ms = elapsed.as_secs_f64() * 1e3, "answered"));
                 let _ = q.item.respond.send(Ok(softmax(&logits)));
             }
         }

@@ -65,18 +65,8 @@ pub struct State<T> {
 
 impl<T: Pending> State<T> {
     pub fn new(limits: Limits) -> Self {
-        assert!(
-            limits.max_rows > 0 && limits.max_tokens > 0,
-            "batch limits must be positive"
-        );
-        Self {
-            limits,
-            by_len: BTreeMap::new(),
-            by_age: BTreeMap::new(),
-            next_id: 0,
-            tokens: 0,
-            cancelled: 0,
-        }
+        assert!(limits.max_rows > 0 && limits.max_tokens > 0, "batch limits must be positive");
+        Self { limits, by_len: BTreeMap::new(), by_age: BTreeMap::new(), next_id: 0, tokens: 0, cancelled: 0 }
     }
 
     pub fn limits(&self) -> Limits {
@@ -103,13 +93,7 @@ impl<T: Pending> State<T> {
         let len = item.tokens();
         self.tokens += len;
         self.by_age.insert(id, len);
-        self.by_len.insert(
-            (len, id),
-            Queued {
-                item,
-                enqueued_at: now,
-            },
-        );
+        self.by_len.insert((len, id), Queued { item, enqueued_at: now });
     }
 
     /// When the oldest query's wait runs out; `None` when the queue is empty.
@@ -127,11 +111,7 @@ impl<T: Pending> State<T> {
 
     /// The next batch if one [is ready](Self::is_ready).
     pub fn next_batch(&mut self, now: Instant) -> Option<Batch<T>> {
-        if self.is_ready(now) {
-            self.take_batch()
-        } else {
-            None
-        }
+        if self.is_ready(now) { self.take_batch() } else { None }
     }
 
     /// The next batch whether or not it is ready (used to flush the queue on shutdown).
@@ -150,31 +130,18 @@ impl<T: Pending> State<T> {
                 self.cancelled += 1;
             }
             let padded_len = selected.iter().map(|k| k.0).max().unwrap_or(len);
-            let mut entries: Vec<_> = selected
-                .into_iter()
-                .map(|k| (k.1, self.remove(k)))
-                .collect();
+            let mut entries: Vec<_> = selected.into_iter().map(|k| (k.1, self.remove(k))).collect();
             entries.sort_unstable_by_key(|(id, _)| *id);
-            return Some(Batch {
-                entries: entries.into_iter().map(|(_, q)| q).collect(),
-                padded_len,
-            });
+            return Some(Batch { entries: entries.into_iter().map(|(_, q)| q).collect(), padded_len });
         }
     }
 
     /// Walks outward in length from the anchor; returns the chosen keys and the cancelled ones met.
     fn select(&self, anchor: LenKey) -> (Vec<LenKey>, Vec<LenKey>) {
-        let Limits {
-            max_rows,
-            max_tokens,
-            ..
-        } = self.limits;
+        let Limits { max_rows, max_tokens, .. } = self.limits;
         let live = |(k, q): (&LenKey, &Queued<T>)| (*k, q.item.is_cancelled());
         let mut shorter = self.by_len.range(..anchor).rev().map(live);
-        let mut longer = self
-            .by_len
-            .range((Bound::Excluded(anchor), Bound::Unbounded))
-            .map(live);
+        let mut longer = self.by_len.range((Bound::Excluded(anchor), Bound::Unbounded)).map(live);
         let (mut lo, mut hi) = (shorter.next(), longer.next());
         let mut selected = vec![anchor];
         let mut cancelled = Vec::new();
@@ -189,8 +156,7 @@ impl<T: Pending> State<T> {
                     dh < dl || (dh == dl && h.1 < l.1)
                 }
             };
-            let (key, is_cancelled) =
-                if take_longer { hi.take() } else { lo.take() }.expect("chosen side is present");
+            let (key, is_cancelled) = if take_longer { hi.take() } else { lo.take() }.expect("chosen side is present");
             if is_cancelled {
                 cancelled.push(key);
             } else {
@@ -246,19 +212,11 @@ mod tests {
     }
 
     fn q(name: &'static str, len: usize) -> Q {
-        Q {
-            name,
-            len,
-            gone: Arc::default(),
-        }
+        Q { name, len, gone: Arc::default() }
     }
 
     fn limits(max_rows: usize, max_tokens: usize, delay_ms: u64) -> Limits {
-        Limits {
-            max_rows,
-            max_tokens,
-            max_delay: Duration::from_millis(delay_ms),
-        }
+        Limits { max_rows, max_tokens, max_delay: Duration::from_millis(delay_ms) }
     }
 
     fn names(b: &Batch<Q>) -> Vec<&'static str> {
@@ -273,9 +231,7 @@ mod tests {
         assert!(s.next_batch(t0).is_none());
         assert_eq!(s.next_deadline(), Some(t0 + Duration::from_millis(5)));
         assert!(s.next_batch(t0 + Duration::from_millis(4)).is_none());
-        let b = s
-            .next_batch(t0 + Duration::from_millis(5))
-            .expect("deadline reached");
+        let b = s.next_batch(t0 + Duration::from_millis(5)).expect("deadline reached");
         assert_eq!(names(&b), ["a"]);
         assert!(s.is_empty());
         assert_eq!(s.next_deadline(), None);
@@ -336,14 +292,7 @@ mod tests {
     fn groups_by_length_around_the_oldest() {
         let t0 = Instant::now();
         let mut s = State::new(limits(3, 10_000, 0));
-        for (name, len) in [
-            ("old12", 12),
-            ("l40", 40),
-            ("l11", 11),
-            ("l3", 3),
-            ("l13", 13),
-            ("l64", 64),
-        ] {
+        for (name, len) in [("old12", 12), ("l40", 40), ("l11", 11), ("l3", 3), ("l13", 13), ("l64", 64)] {
             s.push(q(name, len), t0);
         }
         let b = s.next_batch(t0).unwrap();

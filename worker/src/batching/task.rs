@@ -10,11 +10,7 @@ use tokio::time::{Instant, sleep_until};
 use super::{Batch, Limits, Pending, State};
 
 /// Runs until the sender side of `rx` is dropped and the queue is flushed, or the backend is gone.
-pub async fn run<T: Pending + Send>(
-    limits: Limits,
-    mut rx: mpsc::Receiver<T>,
-    tx: mpsc::Sender<Batch<T>>,
-) -> u64 {
+pub async fn run<T: Pending + Send>(limits: Limits, mut rx: mpsc::Receiver<T>, tx: mpsc::Sender<Batch<T>>) -> u64 {
     let mut state = State::new(limits);
     'outer: loop {
         let permit = loop {
@@ -75,11 +71,7 @@ mod tests {
     }
 
     fn limits(max_rows: usize, delay_ms: u64) -> Limits {
-        Limits {
-            max_rows,
-            max_tokens: 10_000,
-            max_delay: Duration::from_millis(delay_ms),
-        }
+        Limits { max_rows, max_tokens: 10_000, max_delay: Duration::from_millis(delay_ms) }
     }
 
     #[tokio::test(start_paused = true)]
@@ -91,11 +83,7 @@ mod tests {
         in_tx.send(Q(3)).await.unwrap();
         let batch = out_rx.recv().await.unwrap();
         assert_eq!(batch.entries.len(), 1);
-        assert_eq!(
-            Instant::now() - t0,
-            Duration::from_millis(10),
-            "waited exactly the delay on the paused clock"
-        );
+        assert_eq!(Instant::now() - t0, Duration::from_millis(10), "waited exactly the delay on the paused clock");
     }
 
     #[tokio::test(start_paused = true)]

@@ -13,11 +13,7 @@ pub enum ApiError {
     #[error("{0}")]
     Invalid(String),
     #[error("query {index} is {len} bytes; the limit is {limit}")]
-    QueryTooLong {
-        index: usize,
-        len: usize,
-        limit: usize,
-    },
+    QueryTooLong { index: usize, len: usize, limit: usize },
     #[error("request body over the {limit}-byte limit")]
     BodyTooLarge { limit: usize },
     #[error("the worker is at capacity; retry later")]
@@ -68,15 +64,10 @@ impl IntoResponse for ApiError {
         if let Self::Internal(detail) = &self {
             tracing::error!(%detail, "internal error");
         }
-        let body = ErrorBody {
-            error: self.to_string(),
-            error_type: self.error_type(),
-        };
+        let body = ErrorBody { error: self.to_string(), error_type: self.error_type() };
         let mut response = (self.status(), Json(body)).into_response();
         if matches!(self, Self::Overloaded | Self::Draining) {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
         }
         response
     }

@@ -27,13 +27,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            body,
-        )
+        Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
             .into_response(),
         Err(e) => ApiError::Internal(format!("encoding metrics: {e}")).into_response(),
     }

@@ -6,7 +6,7 @@ use std::time::Instant as StdInstant;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::{Query, RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use futures::future::try_join_all;
 use tokio::sync::oneshot;
@@ -28,29 +28,32 @@ struct Call {
 
 pub async fn get(
     State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
     params: Result<Query<PredictParams>, QueryRejection>,
 ) -> Response {
-    let call = params
-        .map_err(|e| ApiError::Invalid(format!("bad query string: {}", e.body_text())))
+    let call = check_utf8(raw.as_deref().unwrap_or_default())
+        .and(params.map_err(|e| ApiError::Invalid(format!("bad query string: {}", e.body_text()))))
         .and_then(|Query(p)| {
-            let query = p
-                .query
-                .ok_or_else(|| ApiError::Invalid("missing `query` parameter".into()))?;
-            Ok(Call {
-                queries: vec![query],
-                batch: false,
-                all_scores: p.all_scores,
-            })
+            let query = p.query.ok_or_else(|| ApiError::Invalid("missing `query` parameter".into()))?;
+            Ok(Call { queries: vec![query], batch: false, all_scores: p.all_scores })
         });
     respond(state, call).await
 }
 
 pub async fn post(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     let limit = state.limits.max_body_bytes;
-    let call = body
-        .map_err(|e| body_error(&e, limit))
-        .and_then(|b| parse_body(&b));
+    let call = body.map_err(|e| body_error(&e, limit)).and_then(|b| parse_body(&b));
     respond(state, call).await
+}
+
+/// The form decoder replaces invalid UTF-8 silently; a query must not change meaning that way.
+fn check_utf8(raw: &str) -> Result<(), ApiError> {
+    for part in raw.split('&') {
+        if percent_encoding::percent_decode_str(part).decode_utf8().is_err() {
+            return Err(ApiError::Invalid("the query string is not valid UTF-8".into()));
+        }
+    }
+    Ok(())
 }
 
 fn body_error(e: &BytesRejection, limit: usize) -> ApiError {
@@ -62,22 +65,12 @@ fn body_error(e: &BytesRejection, limit: usize) -> ApiError {
 }
 
 fn parse_body(body: &[u8]) -> Result<Call, ApiError> {
-    let req: PredictRequest = serde_json::from_slice(body)
-        .map_err(|e| ApiError::Invalid(format!("body is not a valid request: {e}")))?;
+    let req: PredictRequest =
+        serde_json::from_slice(body).map_err(|e| ApiError::Invalid(format!("body is not a valid request: {e}")))?;
     match (req.query, req.queries) {
-        (Some(q), None) => Ok(Call {
-            queries: vec![q],
-            batch: false,
-            all_scores: req.all_scores,
-        }),
-        (None, Some(qs)) => Ok(Call {
-            queries: qs,
-            batch: true,
-            all_scores: req.all_scores,
-        }),
-        (Some(_), Some(_)) => Err(ApiError::Invalid(
-            "give `query` or `queries`, not both".into(),
-        )),
+        (Some(q), None) => Ok(Call { queries: vec![q], batch: false, all_scores: req.all_scores }),
+        (None, Some(qs)) => Ok(Call { queries: qs, batch: true, all_scores: req.all_scores }),
+        (Some(_), Some(_)) => Err(ApiError::Invalid("give `query` or `queries`, not both".into())),
         (None, None) => Err(ApiError::Invalid("missing `query` or `queries`".into())),
     }
 }
@@ -89,12 +82,8 @@ async fn respond(state: AppState, call: Result<Call, ApiError>) -> Response {
         Ok(call) => predict(&state, call).await,
         Err(e) => Err(e),
     };
-    let outcome = result
-        .as_ref()
-        .map_or_else(|e| e.error_type().as_str(), |_| "ok");
-    state
-        .metrics
-        .observe_request(outcome, n, started.elapsed().as_secs_f64());
+    let outcome = result.as_ref().map_or_else(|e| e.error_type().as_str(), |_| "ok");
+    state.metrics.observe_request(outcome, n, started.elapsed().as_secs_f64());
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
@@ -115,11 +104,7 @@ fn validate(state: &AppState, call: &Call) -> Result<(), ApiError> {
             return Err(ApiError::Invalid(format!("query {index} is empty")));
         }
         if q.len() > limits.max_query_bytes {
-            return Err(ApiError::QueryTooLong {
-                index,
-                len: q.len(),
-                limit: limits.max_query_bytes,
-            });
+            return Err(ApiError::QueryTooLong { index, len: q.len(), limit: limits.max_query_bytes });
         }
     }
     Ok(())
@@ -143,10 +128,8 @@ async fn predict(state: &AppState, call: Call) -> Result<Response, ApiError> {
         .map_err(|_| ApiError::Timeout(timeout.as_secs_f64()))??;
     state.stats.completed(Instant::now(), n as u64);
 
-    let predictions: Vec<Prediction> = answers
-        .into_iter()
-        .map(|probs| state.prediction(&probs, call.all_scores))
-        .collect();
+    let predictions: Vec<Prediction> =
+        answers.into_iter().map(|probs| state.prediction(&probs, call.all_scores)).collect();
     Ok(if call.batch {
         Json(PredictBatchResponse { predictions }).into_response()
     } else {
@@ -155,18 +138,11 @@ async fn predict(state: &AppState, call: Call) -> Result<Response, ApiError> {
 }
 
 /// Tokenizes on the blocking pool, queues every query, and waits for all answers.
-async fn run(
-    state: &AppState,
-    queries: &[String],
-    admitted_at: Instant,
-) -> Result<Vec<Vec<f32>>, ApiError> {
+async fn run(state: &AppState, queries: &[String], admitted_at: Instant) -> Result<Vec<Vec<f32>>, ApiError> {
     let tokenizer = state.tokenizer.clone();
     let owned = queries.to_vec();
     let encodings = tokio::task::spawn_blocking(move || {
-        owned
-            .iter()
-            .map(|q| tokenizer.encode(q.as_str(), true))
-            .collect::<Result<Vec<_>, _>>()
+        owned.iter().map(|q| tokenizer.encode(q.as_str(), true)).collect::<Result<Vec<_>, _>>()
     })
     .await
     .map_err(|e| ApiError::Internal(format!("tokenizer task: {e}")))?
@@ -184,40 +160,19 @@ async fn run(
             span: span.clone(),
         };
         // The queue holds as many entries as there are admission permits, so this never waits.
-        state
-            .queue
-            .try_send(entry)
-            .map_err(|e| ApiError::Internal(format!("queue: {e}")))?;
+        state.queue.try_send(entry).map_err(|e| ApiError::Internal(format!("queue: {e}")))?;
         receivers.push(rx);
     }
-    let answers = try_join_all(receivers)
-        .await
-        .map_err(|_| ApiError::Internal("the backend dropped a query".into()))?;
-    answers
-        .into_iter()
-        .map(|a| a.map_err(|e| ApiError::Internal(e.to_string())))
-        .collect()
+    let answers =
+        try_join_all(receivers).await.map_err(|_| ApiError::Internal("the backend dropped a query".into()))?;
+    answers.into_iter().map(|a| a.map_err(|e| ApiError::Internal(e.to_string()))).collect()
 }
 
 impl AppState {
     fn prediction(&self, probs: &[f32], all_scores: bool) -> Prediction {
-        let (best, score) = probs
-            .iter()
-            .copied()
-            .enumerate()
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .unwrap_or((0, 0.0));
-        let scores = all_scores.then(|| {
-            self.labels
-                .iter()
-                .cloned()
-                .zip(probs.iter().copied())
-                .collect::<BTreeMap<_, _>>()
-        });
-        Prediction {
-            intent: self.labels[best].clone(),
-            score,
-            scores,
-        }
+        let (best, score) = probs.iter().copied().enumerate().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((0, 0.0));
+        let scores =
+            all_scores.then(|| self.labels.iter().cloned().zip(probs.iter().copied()).collect::<BTreeMap<_, _>>());
+        Prediction { intent: self.labels[best].clone(), score, scores }
     }
 }

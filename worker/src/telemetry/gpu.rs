@@ -13,9 +13,7 @@ use wire::{GpuDevice, GpuProcess, GpuSample, GpuTelemetry};
 use crate::config;
 
 fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The telemetry as of now: fills in the sample's age.
@@ -29,53 +27,35 @@ pub fn with_age(mut t: GpuTelemetry) -> GpuTelemetry {
 /// Starts sampling the GPU that `device` runs on every `period`; stops when every receiver is gone.
 pub fn spawn_sampler(device: config::Device, period: Duration) -> watch::Receiver<GpuTelemetry> {
     let config::Device::Cuda(ordinal) = device else {
-        let (_, rx) = watch::channel(GpuTelemetry::Unavailable {
-            reason: "worker runs on the CPU".into(),
-        });
+        let (_, rx) = watch::channel(GpuTelemetry::Unavailable { reason: "worker runs on the CPU".into() });
         return rx;
     };
-    let (tx, rx) = watch::channel(GpuTelemetry::Unavailable {
-        reason: "NVML not sampled yet".into(),
-    });
-    let spawned = std::thread::Builder::new()
-        .name("nvml-sampler".into())
-        .spawn(move || {
-            let nvml = match Nvml::init() {
-                Ok(n) => n,
-                Err(e) => {
-                    let _ = tx.send(GpuTelemetry::Unavailable {
-                        reason: format!("NVML init failed: {e}"),
-                    });
-                    return;
-                }
-            };
-            let gpu = match resolve_device(
-                &nvml,
-                ordinal,
-                std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(),
-            ) {
-                Ok(d) => d,
-                Err(reason) => {
-                    let _ = tx.send(GpuTelemetry::Unavailable { reason });
-                    return;
-                }
-            };
-            let mut sampler = Sampler {
-                device: gpu,
-                pid: std::process::id(),
-                last_seen: None,
-            };
-            while !tx.is_closed() {
-                let reading = match sampler.sample() {
-                    Ok(s) => GpuTelemetry::Available(s),
-                    Err(e) => GpuTelemetry::Unavailable {
-                        reason: format!("NVML read failed: {e}"),
-                    },
-                };
-                let _ = tx.send(reading);
-                std::thread::sleep(period);
+    let (tx, rx) = watch::channel(GpuTelemetry::Unavailable { reason: "NVML not sampled yet".into() });
+    let spawned = std::thread::Builder::new().name("nvml-sampler".into()).spawn(move || {
+        let nvml = match Nvml::init() {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = tx.send(GpuTelemetry::Unavailable { reason: format!("NVML init failed: {e}") });
+                return;
             }
-        });
+        };
+        let gpu = match resolve_device(&nvml, ordinal, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref()) {
+            Ok(d) => d,
+            Err(reason) => {
+                let _ = tx.send(GpuTelemetry::Unavailable { reason });
+                return;
+            }
+        };
+        let mut sampler = Sampler { device: gpu, pid: std::process::id(), last_seen: None };
+        while !tx.is_closed() {
+            let reading = match sampler.sample() {
+                Ok(s) => GpuTelemetry::Available(s),
+                Err(e) => GpuTelemetry::Unavailable { reason: format!("NVML read failed: {e}") },
+            };
+            let _ = tx.send(reading);
+            std::thread::sleep(period);
+        }
+    });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "could not start the NVML sampler thread");
     }
@@ -84,16 +64,10 @@ pub fn spawn_sampler(device: config::Device, period: Duration) -> watch::Receive
 
 /// Which NVML device CUDA ordinal `ordinal` is, honouring `CUDA_VISIBLE_DEVICES` (indices or UUIDs,
 /// UUID prefixes allowed, as CUDA accepts them).
-fn resolve_device<'n>(
-    nvml: &'n Nvml,
-    ordinal: u32,
-    visible: Option<&str>,
-) -> Result<Device<'n>, String> {
+fn resolve_device<'n>(nvml: &'n Nvml, ordinal: u32, visible: Option<&str>) -> Result<Device<'n>, String> {
     let entry = match visible.map(str::trim).filter(|v| !v.is_empty()) {
         None => {
-            return nvml
-                .device_by_index(ordinal)
-                .map_err(|e| format!("NVML device {ordinal}: {e}"));
+            return nvml.device_by_index(ordinal).map_err(|e| format!("NVML device {ordinal}: {e}"));
         }
         Some(list) => list
             .split(',')
@@ -103,29 +77,20 @@ fn resolve_device<'n>(
             .to_owned(),
     };
     if entry.starts_with("MIG-") {
-        return Err(format!(
-            "MIG device {entry}: per-instance NVML telemetry is not supported"
-        ));
+        return Err(format!("MIG device {entry}: per-instance NVML telemetry is not supported"));
     }
     if entry.starts_with("GPU-") {
-        let count = nvml
-            .device_count()
-            .map_err(|e| format!("NVML device count: {e}"))?;
+        let count = nvml.device_count().map_err(|e| format!("NVML device count: {e}"))?;
         for i in 0..count {
-            let d = nvml
-                .device_by_index(i)
-                .map_err(|e| format!("NVML device {i}: {e}"))?;
+            let d = nvml.device_by_index(i).map_err(|e| format!("NVML device {i}: {e}"))?;
             if d.uuid().is_ok_and(|u| u.starts_with(&entry)) {
                 return Ok(d);
             }
         }
         return Err(format!("no GPU with UUID {entry}"));
     }
-    let index: u32 = entry
-        .parse()
-        .map_err(|_| format!("CUDA_VISIBLE_DEVICES entry {entry:?} is not understood"))?;
-    nvml.device_by_index(index)
-        .map_err(|e| format!("NVML device {index}: {e}"))
+    let index: u32 = entry.parse().map_err(|_| format!("CUDA_VISIBLE_DEVICES entry {entry:?} is not understood"))?;
+    nvml.device_by_index(index).map_err(|e| format!("NVML device {index}: {e}"))
 }
 
 struct Sampler<'n> {
@@ -165,10 +130,7 @@ impl Sampler<'_> {
                     self.last_seen = Some(latest);
                 }
                 // NVML lists only processes that ran kernels in the period: absent means idle.
-                let mine = samples
-                    .iter()
-                    .filter(|s| s.pid == self.pid)
-                    .max_by_key(|s| s.timestamp);
+                let mine = samples.iter().filter(|s| s.pid == self.pid).max_by_key(|s| s.timestamp);
                 Some(mine.map_or(0.0, |s| f64::from(s.sm_util)))
             }
             _ => None,
@@ -182,11 +144,7 @@ impl Sampler<'_> {
             sampled_at_unix_ms: unix_ms(),
             age_ms: 0,
             device,
-            process: GpuProcess {
-                pid: self.pid,
-                sm_utilization_pct,
-                memory_used_bytes,
-            },
+            process: GpuProcess { pid: self.pid, sm_utilization_pct, memory_used_bytes },
             shared,
         })
     }
@@ -216,10 +174,7 @@ mod tests {
             match t {
                 GpuTelemetry::Unavailable { reason } if reason == "NVML not sampled yet" => {}
                 GpuTelemetry::Unavailable { reason } => {
-                    assert!(
-                        reason.contains("NVML") || reason.contains("CUDA_VISIBLE_DEVICES"),
-                        "{reason}"
-                    );
+                    assert!(reason.contains("NVML") || reason.contains("CUDA_VISIBLE_DEVICES"), "{reason}");
                     break;
                 }
                 GpuTelemetry::Available(s) => {
@@ -228,10 +183,7 @@ mod tests {
                     break;
                 }
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the sampler never reported"
-            );
+            assert!(std::time::Instant::now() < deadline, "the sampler never reported");
             std::thread::sleep(Duration::from_millis(5));
         }
     }
