@@ -42,11 +42,7 @@ impl AppState {
         let ctx = pools.ctx();
         let admission = Arc::new(Semaphore::new(ctx.config.max_outstanding));
         let registry = Arc::new(ctx.metrics.registry());
-        Self {
-            pools,
-            admission,
-            registry,
-        }
+        Self { pools, admission, registry }
     }
 
     fn default_pool(&self) -> &str {
@@ -58,10 +54,7 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     let predict = Router::new()
         .route("/predict", get(predict_default).post(predict_default))
-        .route(
-            "/pools/{pool}/predict",
-            get(predict_pool).post(predict_pool),
-        )
+        .route("/pools/{pool}/predict", get(predict_pool).post(predict_pool))
         .route_layer(middleware::from_fn_with_state(state.clone(), admit));
     let mut router = Router::new()
         .merge(predict)
@@ -73,10 +66,7 @@ pub fn app(state: AppState) -> Router {
     if state.pools.ctx().config.metrics_listen.is_none() {
         router = router.route("/metrics", get(metrics_handler));
     }
-    router
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
+    router.fallback(not_found).method_not_allowed_fallback(method_not_allowed).with_state(state)
 }
 
 /// The router of the separate metrics listener.
@@ -110,10 +100,7 @@ async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Respo
                     outcome: wire::ErrorType::Overloaded.as_str().to_owned(),
                 })
                 .inc();
-            GatewayError::Overloaded {
-                retry_after_s: ctx.config.retry_after_s,
-            }
-            .into_response()
+            GatewayError::Overloaded { retry_after_s: ctx.config.retry_after_s }.into_response()
         }
     }
 }
@@ -123,11 +110,7 @@ async fn predict_default(State(state): State<AppState>, req: Request) -> Respons
     predict(&state, &pool, req).await
 }
 
-async fn predict_pool(
-    State(state): State<AppState>,
-    Path(pool): Path<String>,
-    req: Request,
-) -> Response {
+async fn predict_pool(State(state): State<AppState>, Path(pool): Path<String>, req: Request) -> Response {
     predict(&state, &pool, req).await
 }
 
@@ -151,11 +134,7 @@ async fn incoming(req: Request, max_body: usize) -> Result<Incoming, GatewayErro
     let body = if parts.method == Method::GET {
         bytes::Bytes::new()
     } else {
-        Limited::new(body, max_body)
-            .collect()
-            .await
-            .map_err(|_| GatewayError::TooLarge(max_body))?
-            .to_bytes()
+        Limited::new(body, max_body).collect().await.map_err(|_| GatewayError::TooLarge(max_body))?.to_bytes()
     };
     Ok(Incoming {
         method: parts.method,
@@ -171,18 +150,11 @@ async fn healthz() -> &'static str {
 
 /// Ready when the default pool has a worker receiving traffic.
 async fn readyz(State(state): State<AppState>) -> Response {
-    let ready = state
-        .pools
-        .get(state.default_pool())
-        .is_some_and(|p| p.endpoints().iter().any(|e| e.is_ready()));
+    let ready = state.pools.get(state.default_pool()).is_some_and(|p| p.endpoints().iter().any(|e| e.is_ready()));
     if ready {
         (StatusCode::OK, "ready").into_response()
     } else {
-        GatewayError::NoWorker {
-            pool: state.default_pool().to_owned(),
-            retry_after_s: 1,
-        }
-        .into_response()
+        GatewayError::NoWorker { pool: state.default_pool().to_owned(), retry_after_s: 1 }.into_response()
     }
 }
 
@@ -191,14 +163,7 @@ fn current_signal(pool: &Pool) -> PoolSignal {
 }
 
 async fn signals(State(state): State<AppState>) -> Json<Vec<PoolSignal>> {
-    Json(
-        state
-            .pools
-            .all()
-            .iter()
-            .map(|p| current_signal(p))
-            .collect(),
-    )
+    Json(state.pools.all().iter().map(|p| current_signal(p)).collect())
 }
 
 async fn pool_signal(State(state): State<AppState>, Path(pool): Path<String>) -> Response {
@@ -258,13 +223,7 @@ async fn pools_view(State(state): State<AppState>) -> Json<Vec<PoolView>> {
 
 async fn metrics_handler(State(state): State<AppState>) -> Response {
     let body = metrics::render(&state.registry);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        Body::from(body),
-    )
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], Body::from(body))
         .into_response()
 }
 

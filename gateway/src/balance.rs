@@ -32,10 +32,7 @@ pub fn load(rtt_estimate_s: f64, outstanding: u64, foreign_queue: u64) -> f64 {
 }
 
 fn endpoint_load(ep: &Endpoint, stale_after: Duration) -> f64 {
-    let foreign = ep
-        .fresh_snapshot(stale_after)
-        .map(|s| s.foreign_queue())
-        .unwrap_or(0);
+    let foreign = ep.fresh_snapshot(stale_after).map(|s| s.foreign_queue()).unwrap_or(0);
     load(ep.rtt_estimate_s(), ep.outstanding(), foreign)
 }
 
@@ -126,10 +123,7 @@ mod tests {
         let _busy: Vec<_> = (0..5).map(|_| e[0].start()).collect();
         let mut rng = StdRng::seed_from_u64(7);
         for _ in 0..100 {
-            assert!(Arc::ptr_eq(
-                &pick(&e, None, Duration::from_secs(3), &mut rng).unwrap(),
-                &e[1]
-            ));
+            assert!(Arc::ptr_eq(&pick(&e, None, Duration::from_secs(3), &mut rng).unwrap(), &e[1]));
         }
     }
 

@@ -15,10 +15,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     } else {
         (s, 1e-3)
     };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("not a duration: {s:?} (use 250ms or 10s)"))?;
+    let v: f64 = num.trim().parse().map_err(|_| format!("not a duration: {s:?} (use 250ms or 10s)"))?;
     if !v.is_finite() || v < 0.0 {
         return Err(format!("not a duration: {s:?}"));
     }
@@ -46,11 +43,7 @@ pub struct Config {
     pub workers: Vec<String>,
 
     /// A worker of a named pool, `POOL=URL` (repeatable).
-    #[arg(
-        long = "pool-worker",
-        env = "GATEWAY_POOL_WORKERS",
-        value_delimiter = ','
-    )]
+    #[arg(long = "pool-worker", env = "GATEWAY_POOL_WORKERS", value_delimiter = ',')]
     pub pool_workers: Vec<String>,
 
     /// A file listing workers, one per line: `URL` (default pool) or `POOL URL`; `#` starts a
@@ -64,11 +57,7 @@ pub struct Config {
 
     /// A Kubernetes Service whose EndpointSlices feed a pool: `[POOL=]NAMESPACE/SERVICE[:PORT]`
     /// where PORT is a port name or number (default: the slice's first port). Repeatable.
-    #[arg(
-        long = "k8s-service",
-        env = "GATEWAY_K8S_SERVICES",
-        value_delimiter = ','
-    )]
+    #[arg(long = "k8s-service", env = "GATEWAY_K8S_SERVICES", value_delimiter = ',')]
     pub k8s_services: Vec<String>,
 
     /// Whole-request deadline, including the one retry; beyond it the client gets 504 `timeout`.

@@ -60,8 +60,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Load other clients put on the worker (never negative).
     pub fn foreign_queue(&self) -> u64 {
-        self.reported_queue
-            .saturating_sub(self.outstanding_at_snapshot)
+        self.reported_queue.saturating_sub(self.outstanding_at_snapshot)
     }
 }
 
@@ -112,30 +111,18 @@ pub struct Endpoint {
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("url", &self.url)
-            .field("health", &self.health())
-            .finish()
+        f.debug_struct("Endpoint").field("url", &self.url).field("health", &self.health()).finish()
     }
 }
 
 /// Parse and normalise a worker base URL.
 pub fn parse_base_url(url: &str) -> Result<(http::uri::Scheme, http::uri::Authority), String> {
-    let uri: Uri = url
-        .trim()
-        .parse()
-        .map_err(|e| format!("bad worker URL {url:?}: {e}"))?;
-    let scheme = uri
-        .scheme()
-        .cloned()
-        .ok_or_else(|| format!("worker URL {url:?} has no scheme"))?;
+    let uri: Uri = url.trim().parse().map_err(|e| format!("bad worker URL {url:?}: {e}"))?;
+    let scheme = uri.scheme().cloned().ok_or_else(|| format!("worker URL {url:?} has no scheme"))?;
     if scheme != http::uri::Scheme::HTTP {
         return Err(format!("worker URL {url:?}: only http:// is supported"));
     }
-    let authority = uri
-        .authority()
-        .cloned()
-        .ok_or_else(|| format!("worker URL {url:?} has no host"))?;
+    let authority = uri.authority().cloned().ok_or_else(|| format!("worker URL {url:?} has no host"))?;
     Ok((scheme, authority))
 }
 
@@ -149,18 +136,11 @@ impl Endpoint {
     ) -> Result<Self, String> {
         let (scheme, authority) = parse_base_url(url)?;
         let url = format!("{scheme}://{authority}");
-        let ok = RequestLabels {
-            pool: pool.to_owned(),
-            worker: url.clone(),
-            outcome: "ok".to_owned(),
-        };
+        let ok = RequestLabels { pool: pool.to_owned(), worker: url.clone(), outcome: "ok".to_owned() };
         Ok(Self {
             ok_requests: metrics.requests.get_or_create_owned(&ok),
             ok_latency: metrics.latency.get_or_create_owned(&ok),
-            labels: WorkerLabels {
-                pool: pool.to_owned(),
-                worker: url.clone(),
-            },
+            labels: WorkerLabels { pool: pool.to_owned(), worker: url.clone() },
             pool: pool.to_owned(),
             url,
             scheme,
@@ -169,10 +149,7 @@ impl Endpoint {
             downs: AtomicU64::new(0),
             failures: AtomicU32::new(0),
             outstanding: AtomicU64::new(0),
-            rtt: Mutex::new(PeakEwma {
-                estimate_s: default_rtt.as_secs_f64(),
-                updated: Instant::now(),
-            }),
+            rtt: Mutex::new(PeakEwma { estimate_s: default_rtt.as_secs_f64(), updated: Instant::now() }),
             snapshot: Mutex::new(None),
             held_pressure: Mutex::new(None),
             ready_notify,
@@ -260,9 +237,7 @@ impl Endpoint {
     /// Count a request as outstanding until the guard drops.
     pub fn start(self: &Arc<Self>) -> InFlight {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
-        InFlight {
-            ep: Arc::clone(self),
-        }
+        InFlight { ep: Arc::clone(self) }
     }
 
     pub fn store_snapshot(&self, stats: &wire::WorkerStats) {
@@ -323,24 +298,15 @@ mod tests {
 
     fn ep() -> Arc<Endpoint> {
         Arc::new(
-            Endpoint::new(
-                "p",
-                "http://127.0.0.1:9",
-                Duration::from_millis(30),
-                Arc::default(),
-                &Metrics::default(),
-            )
-            .unwrap(),
+            Endpoint::new("p", "http://127.0.0.1:9", Duration::from_millis(30), Arc::default(), &Metrics::default())
+                .unwrap(),
         )
     }
 
     #[test]
     fn urls_are_normalised_and_checked() {
         assert_eq!(ep().url, "http://127.0.0.1:9");
-        assert_eq!(
-            ep().uri("/predict?query=a").unwrap().to_string(),
-            "http://127.0.0.1:9/predict?query=a"
-        );
+        assert_eq!(ep().uri("/predict?query=a").unwrap().to_string(), "http://127.0.0.1:9/predict?query=a");
         assert!(parse_base_url("https://x").is_err());
         assert!(parse_base_url("10.0.0.1:80").is_err());
     }
@@ -375,22 +341,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn peak_ewma_jumps_up_and_decays_down() {
         let t0 = Instant::now();
-        let mut e = PeakEwma {
-            estimate_s: 0.010,
-            updated: t0,
-        };
+        let mut e = PeakEwma { estimate_s: 0.010, updated: t0 };
         e.observe(Duration::from_millis(100), t0, Duration::from_secs(10));
         assert_eq!(e.estimate_s, 0.100);
         tokio::time::advance(Duration::from_secs(10)).await;
-        e.observe(
-            Duration::from_millis(10),
-            Instant::now(),
-            Duration::from_secs(10),
-        );
-        assert!(
-            e.estimate_s < 0.100 && e.estimate_s > 0.010,
-            "{}",
-            e.estimate_s
-        );
+        e.observe(Duration::from_millis(10), Instant::now(), Duration::from_secs(10));
+        assert!(e.estimate_s < 0.100 && e.estimate_s > 0.010, "{}", e.estimate_s);
     }
 }

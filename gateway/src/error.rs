@@ -92,14 +92,10 @@ impl IntoResponse for GatewayError {
         if status.is_server_error() {
             tracing::warn!(error = %self, error_type = self.error_type().as_str(), "request failed");
         }
-        let body = ErrorBody {
-            error: self.public_message(),
-            error_type: self.error_type(),
-        };
+        let body = ErrorBody { error: self.public_message(), error_type: self.error_type() };
         let mut resp = (status, Json(body)).into_response();
         if let Some(s) = self.retry_after_s() {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
         resp
     }

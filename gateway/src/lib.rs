@@ -52,13 +52,8 @@ pub async fn build(config: Config) -> Result<Gateway, GatewayError> {
         .filter(|s| !s.trim().is_empty())
         .map(|s| ServiceSpec::parse(&config.default_pool, s))
         .collect::<Result<_, _>>()?;
-    let targets =
-        discovery::static_targets(&config.default_pool, &config.workers, &config.pool_workers)?;
-    let ctx = Arc::new(Ctx {
-        client: pool::http_client(&config),
-        metrics: metrics::Metrics::default(),
-        config,
-    });
+    let targets = discovery::static_targets(&config.default_pool, &config.workers, &config.pool_workers)?;
+    let ctx = Arc::new(Ctx { client: pool::http_client(&config), metrics: metrics::Metrics::default(), config });
     let pools = Pools::new(Arc::clone(&ctx));
     pools.ensure(&ctx.config.default_pool);
     for spec in &k8s {
@@ -77,17 +72,10 @@ pub async fn build(config: Config) -> Result<Gateway, GatewayError> {
     if !k8s.is_empty() {
         let client = kube::Client::try_default().await?;
         for spec in k8s {
-            tasks.push(AbortOnDrop(discovery::k8s::spawn(
-                client.clone(),
-                spec,
-                pools.downgrade(),
-            )));
+            tasks.push(AbortOnDrop(discovery::k8s::spawn(client.clone(), spec, pools.downgrade())));
         }
     }
-    Ok(Gateway {
-        pools,
-        _tasks: tasks,
-    })
+    Ok(Gateway { pools, _tasks: tasks })
 }
 
 /// Run the gateway until SIGTERM or Ctrl-C, then finish the requests in flight.
@@ -109,9 +97,7 @@ pub async fn run(config: Config) -> Result<(), GatewayError> {
             }
         });
     }
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown())
-        .await?;
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown()).await?;
     tracing::info!("gateway stopped");
     Ok(())
 }

@@ -9,9 +9,7 @@ use tracing_subscriber::EnvFilter;
 async fn main() -> anyhow::Result<()> {
     let config = gateway::Config::parse();
     let filter = EnvFilter::try_new(&config.log).context("bad --log filter")?;
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if config.log_json {
         fmt.json().init();
     } else {

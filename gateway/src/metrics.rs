@@ -111,36 +111,20 @@ impl Metrics {
     /// A registry holding every family under the `gateway_` prefix.
     pub fn registry(&self) -> Registry {
         let mut r = Registry::with_prefix("gateway");
-        r.register(
-            "requests",
-            "Client requests by pool, worker and outcome",
-            self.requests.clone(),
-        );
+        r.register("requests", "Client requests by pool, worker and outcome", self.requests.clone());
         r.register(
             "request_duration_seconds",
             "Client request latency at the gateway by pool, worker and outcome",
             self.latency.clone(),
         );
-        r.register(
-            "retries",
-            "Requests retried on another worker, by reason",
-            self.retries.clone(),
-        );
-        r.register(
-            "ejections",
-            "Workers ejected after consecutive failures",
-            self.ejections.clone(),
-        );
+        r.register("retries", "Requests retried on another worker, by reason", self.retries.clone());
+        r.register("ejections", "Workers ejected after consecutive failures", self.ejections.clone());
         r.register(
             "admission_rejected",
             "Requests refused with 429 because the gateway was at --max-outstanding",
             self.admission_rejected.clone(),
         );
-        r.register(
-            "outstanding",
-            "Requests held by the gateway now",
-            self.outstanding.clone(),
-        );
+        r.register("outstanding", "Requests held by the gateway now", self.outstanding.clone());
         r.register(
             "worker_outstanding",
             "Requests the gateway has sent to the worker and not finished",
@@ -156,31 +140,15 @@ impl Metrics {
             "GPU utilization the worker reported (process SM% on a shared GPU, device% otherwise)",
             self.worker_gpu.clone(),
         );
-        r.register(
-            "worker_pressure",
-            "Replica units this worker's load needs at target",
-            self.worker_pressure.clone(),
-        );
+        r.register("worker_pressure", "Replica units this worker's load needs at target", self.worker_pressure.clone());
         r.register(
             "worker_telemetry_age_seconds",
             "Age of the worker's last /v1/stats snapshot",
             self.worker_telemetry_age.clone(),
         );
-        r.register(
-            "worker_telemetry_stale",
-            "1 when the worker's telemetry is stale",
-            self.worker_stale.clone(),
-        );
-        r.register(
-            "worker_ready",
-            "1 when the worker receives traffic",
-            self.worker_ready.clone(),
-        );
-        r.register(
-            "pool_signal",
-            "Smoothed scaling signal of the pool, in replicas",
-            self.pool_signal.clone(),
-        );
+        r.register("worker_telemetry_stale", "1 when the worker's telemetry is stale", self.worker_stale.clone());
+        r.register("worker_ready", "1 when the worker receives traffic", self.worker_ready.clone());
+        r.register("pool_signal", "Smoothed scaling signal of the pool, in replicas", self.pool_signal.clone());
         r.register(
             "pool_signal_raw",
             "Unsmoothed scaling signal of the pool, in replicas",
@@ -191,35 +159,16 @@ impl Metrics {
             "Parts of the raw signal: queue, gpu, held, backlog, blind_floor",
             self.pool_signal_component.clone(),
         );
-        r.register(
-            "pool_signal_stale",
-            "1 when some worker's telemetry is stale",
-            self.pool_stale.clone(),
-        );
-        r.register(
-            "pool_workers",
-            "Workers discovered in the pool",
-            self.pool_workers.clone(),
-        );
-        r.register(
-            "pool_ready_workers",
-            "Workers receiving traffic in the pool",
-            self.pool_ready_workers.clone(),
-        );
-        r.register(
-            "pool_backlog",
-            "Requests waiting at the gateway for a ready worker",
-            self.pool_backlog.clone(),
-        );
+        r.register("pool_signal_stale", "1 when some worker's telemetry is stale", self.pool_stale.clone());
+        r.register("pool_workers", "Workers discovered in the pool", self.pool_workers.clone());
+        r.register("pool_ready_workers", "Workers receiving traffic in the pool", self.pool_ready_workers.clone());
+        r.register("pool_backlog", "Requests waiting at the gateway for a ready worker", self.pool_backlog.clone());
         r
     }
 
     /// Drop every per-worker series of a worker that left the pool.
     pub fn forget_worker(&self, pool: &str, worker: &str) {
-        let l = WorkerLabels {
-            pool: pool.to_owned(),
-            worker: worker.to_owned(),
-        };
+        let l = WorkerLabels { pool: pool.to_owned(), worker: worker.to_owned() };
         self.worker_outstanding.remove(&l);
         self.worker_queue.remove(&l);
         self.worker_gpu.remove(&l);

@@ -42,10 +42,7 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
             next_probe = now + backoff;
         }
         if health != Health::Ready && now >= next_probe {
-            if get(&ctx, &ep, "/readyz")
-                .await
-                .is_some_and(|(s, _)| s == StatusCode::OK)
-            {
+            if matches!(get(&ctx, &ep, "/readyz").await, Poll::Answer(StatusCode::OK, _)) {
                 tracing::info!(pool = %ep.pool, worker = %ep.url, from = ?health, "worker ready");
                 ep.set_health(Health::Ready);
                 backoff = cfg.probe_backoff;
@@ -55,28 +52,31 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
             }
         }
         match get(&ctx, &ep, "/v1/stats").await {
-            Some((StatusCode::OK, body)) => {
-                match serde_json::from_slice::<wire::WorkerStats>(&body) {
-                    Ok(stats) => {
-                        ep.store_snapshot(&stats);
-                        if (stats.draining || !stats.ready) && ep.health() == Health::Ready {
-                            tracing::info!(pool = %ep.pool, worker = %ep.url, draining = stats.draining, "worker not ready");
-                            ep.set_health(Health::NotReady);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(worker = %ep.url, error = %e, "bad /v1/stats document")
+            Poll::Answer(StatusCode::OK, body) => match serde_json::from_slice::<wire::WorkerStats>(&body) {
+                Ok(stats) => {
+                    ep.store_snapshot(&stats);
+                    if (stats.draining || !stats.ready) && ep.health() == Health::Ready {
+                        tracing::info!(pool = %ep.pool, worker = %ep.url, draining = stats.draining, "worker not ready");
+                        ep.set_health(Health::NotReady);
                     }
                 }
+                Err(e) => {
+                    tracing::debug!(worker = %ep.url, error = %e, "bad /v1/stats document")
+                }
+            },
+            Poll::Answer(status, _) => tracing::debug!(worker = %ep.url, %status, "no /v1/stats"),
+            Poll::TimedOut => tracing::debug!(worker = %ep.url, "/v1/stats timed out"),
+            Poll::Unreachable => {
+                // Nothing listens (or the connection broke): the same evidence as a failed
+                // request. A slow answer (timeout) is not: a busy worker is still a worker.
+                if ep.health() == Health::Ready && ep.record_failure(cfg.eject_after) {
+                    tracing::warn!(pool = %ep.pool, worker = %ep.url, "worker ejected: unreachable");
+                    ctx.metrics.ejections.get_or_create(&ep.labels).inc();
+                }
             }
-            Some((status, _)) => tracing::debug!(worker = %ep.url, %status, "no /v1/stats"),
-            None => tracing::debug!(worker = %ep.url, "/v1/stats unreachable"),
         }
         let ready = ep.health() == Health::Ready;
-        ctx.metrics
-            .worker_ready
-            .get_or_create(&ep.labels)
-            .set(i64::from(ready));
+        ctx.metrics.worker_ready.get_or_create(&ep.labels).set(i64::from(ready));
         let mut sleep = jittered(cfg.stats_interval);
         if !ready {
             sleep = sleep.min(next_probe.saturating_duration_since(Instant::now()));
@@ -85,26 +85,28 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
     }
 }
 
-/// A GET with the stats timeout; `None` on any failure.
-async fn get(ctx: &Ctx, ep: &Endpoint, path: &str) -> Option<(StatusCode, Bytes)> {
-    let uri = ep.uri(path).ok()?;
-    let req = Request::builder()
-        .method(Method::GET)
-        .uri(uri)
-        .body(Full::new(Bytes::new()))
-        .ok()?;
+/// How a monitoring GET ended.
+enum Poll {
+    Answer(StatusCode, Bytes),
+    TimedOut,
+    Unreachable,
+}
+
+/// A GET with the stats timeout.
+async fn get(ctx: &Ctx, ep: &Endpoint, path: &str) -> Poll {
+    let Ok(uri) = ep.uri(path) else { return Poll::Unreachable };
+    let Ok(req) = Request::builder().method(Method::GET).uri(uri).body(Full::new(Bytes::new())) else {
+        return Poll::Unreachable;
+    };
     let fut = async {
         let resp = ctx.client.request(req).await.ok()?;
         let status = resp.status();
-        let body = Limited::new(resp.into_body(), MAX_STATS_BYTES)
-            .collect()
-            .await
-            .ok()?
-            .to_bytes();
+        let body = Limited::new(resp.into_body(), MAX_STATS_BYTES).collect().await.ok()?.to_bytes();
         Some((status, body))
     };
-    tokio::time::timeout(ctx.config.stats_timeout, fut)
-        .await
-        .ok()
-        .flatten()
+    match tokio::time::timeout(ctx.config.stats_timeout, fut).await {
+        Ok(Some((status, body))) => Poll::Answer(status, body),
+        Ok(None) => Poll::Unreachable,
+        Err(_) => Poll::TimedOut,
+    }
 }

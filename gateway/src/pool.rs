@@ -76,9 +76,7 @@ pub struct Pool {
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
+        f.debug_struct("Pool").field("name", &self.name).finish_non_exhaustive()
     }
 }
 
@@ -93,10 +91,7 @@ impl Drop for Waiting<'_> {
 
 impl Pool {
     fn new(name: &str, ctx: Arc<Ctx>) -> Arc<Self> {
-        let (signal, _) = watch::channel(PoolSignal {
-            pool: name.to_owned(),
-            ..Default::default()
-        });
+        let (signal, _) = watch::channel(PoolSignal { pool: name.to_owned(), ..Default::default() });
         let pool = Arc::new(Self {
             name: name.to_owned(),
             ctx,
@@ -167,10 +162,7 @@ impl Pool {
                 }
             };
             tracing::info!(pool = %self.name, worker = %ep.url, "worker added");
-            monitors.insert(
-                ep.url.clone(),
-                AbortOnDrop(monitor::spawn(Arc::clone(&ep), Arc::clone(&self.ctx))),
-            );
+            monitors.insert(ep.url.clone(), AbortOnDrop(monitor::spawn(Arc::clone(&ep), Arc::clone(&self.ctx))));
             next.push(ep);
         }
         for gone in current.iter().filter(|e| !urls.contains(&e.url)) {
@@ -183,18 +175,9 @@ impl Pool {
     }
 
     /// Pick a ready worker other than `exclude`, waiting up to `wait` for one to become ready.
-    pub async fn acquire(
-        &self,
-        exclude: Option<&Arc<Endpoint>>,
-        wait: Duration,
-    ) -> Option<Arc<Endpoint>> {
+    pub async fn acquire(&self, exclude: Option<&Arc<Endpoint>>, wait: Duration) -> Option<Arc<Endpoint>> {
         let stale_after = self.ctx.config.stale_after;
-        if let Some(e) = balance::pick(
-            &self.endpoints.load(),
-            exclude,
-            stale_after,
-            &mut rand::rng(),
-        ) {
+        if let Some(e) = balance::pick(&self.endpoints.load(), exclude, stale_after, &mut rand::rng()) {
             return Some(e);
         }
         if wait.is_zero() {
@@ -207,12 +190,7 @@ impl Pool {
             let notified = self.ready_notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(e) = balance::pick(
-                &self.endpoints.load(),
-                exclude,
-                stale_after,
-                &mut rand::rng(),
-            ) {
+            if let Some(e) = balance::pick(&self.endpoints.load(), exclude, stale_after, &mut rand::rng()) {
                 return Some(e);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
@@ -240,11 +218,7 @@ impl std::fmt::Debug for Pools {
 
 impl Pools {
     pub fn new(ctx: Arc<Ctx>) -> Arc<Self> {
-        Arc::new(Self {
-            ctx,
-            pools: ArcSwap::from_pointee(HashMap::new()),
-            sources: Mutex::new(BTreeMap::new()),
-        })
+        Arc::new(Self { ctx, pools: ArcSwap::from_pointee(HashMap::new()), sources: Mutex::new(BTreeMap::new()) })
     }
 
     pub fn ctx(&self) -> &Arc<Ctx> {

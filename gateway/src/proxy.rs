@@ -42,10 +42,7 @@ enum Attempt {
     /// The worker answered; the answer goes to the client.
     Answer(Response),
     /// Safe to try on another worker.
-    Retryable {
-        error: GatewayError,
-        reason: &'static str,
-    },
+    Retryable { error: GatewayError, reason: &'static str },
     /// The deadline passed.
     Timeout,
 }
@@ -60,32 +57,18 @@ pub async fn forward(pool: &Arc<Pool>, req: Incoming) -> Response {
 
     let (worker, result) = 'done: {
         let Some(first) = pool.acquire(None, cfg.no_worker_wait).await else {
-            break 'done (
-                None,
-                Err(GatewayError::NoWorker {
-                    pool: pool.name.clone(),
-                    retry_after_s,
-                }),
-            );
+            break 'done (None, Err(GatewayError::NoWorker { pool: pool.name.clone(), retry_after_s }));
         };
         let (error, reason) = match attempt(pool, &first, &req, deadline).await {
             Attempt::Answer(r) => break 'done (Some(first), Ok(r)),
             Attempt::Timeout => break 'done (Some(first), Err(GatewayError::Timeout)),
             Attempt::Retryable { error, reason } => (error, reason),
         };
-        let wait = cfg
-            .no_worker_wait
-            .min(deadline.saturating_duration_since(Instant::now()));
+        let wait = cfg.no_worker_wait.min(deadline.saturating_duration_since(Instant::now()));
         let Some(second) = pool.acquire(Some(&first), wait).await else {
             break 'done (Some(first), Err(error));
         };
-        ctx.metrics
-            .retries
-            .get_or_create(&RetryLabels {
-                pool: pool.name.clone(),
-                reason: reason.to_owned(),
-            })
-            .inc();
+        ctx.metrics.retries.get_or_create(&RetryLabels { pool: pool.name.clone(), reason: reason.to_owned() }).inc();
         tracing::debug!(pool = %pool.name, from = %first.url, to = %second.url, reason, "retrying");
         match attempt(pool, &second, &req, deadline).await {
             Attempt::Answer(r) => (Some(second), Ok(r)),
@@ -104,10 +87,10 @@ pub async fn forward(pool: &Arc<Pool>, req: Incoming) -> Response {
             resp
         }
         Ok(resp) => {
-            let outcome = resp.extensions().get::<wire::ErrorType>().map_or_else(
-                || format!("status_{}", resp.status().as_u16()),
-                |t| t.as_str().to_owned(),
-            );
+            let outcome = resp
+                .extensions()
+                .get::<wire::ErrorType>()
+                .map_or_else(|| format!("status_{}", resp.status().as_u16()), |t| t.as_str().to_owned());
             record(pool, worker.as_deref(), &outcome, elapsed);
             resp
         }
@@ -136,9 +119,7 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
     let uri = match ep.uri(&req.path_and_query) {
         Ok(u) => u,
         Err(e) => {
-            return Attempt::Answer(
-                GatewayError::InvalidRequest(format!("bad path: {e}")).into_response(),
-            );
+            return Attempt::Answer(GatewayError::InvalidRequest(format!("bad path: {e}")).into_response());
         }
     };
     let mut builder = Request::builder().method(req.method.clone()).uri(uri);
@@ -150,11 +131,7 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
     };
     let sent = Instant::now();
     let exchange = async {
-        let resp = ctx
-            .client
-            .request(upstream_req)
-            .await
-            .map_err(|e| (e.is_connect(), e.to_string()))?;
+        let resp = ctx.client.request(upstream_req).await.map_err(|e| (e.is_connect(), e.to_string()))?;
         let (parts, body) = resp.into_parts();
         let body = Limited::new(body, MAX_RESPONSE_BYTES)
             .collect()
@@ -169,13 +146,7 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
         ep.penalize(cfg.rtt_decay);
         if ep.record_failure(cfg.eject_after) {
             tracing::warn!(pool = %ep.pool, worker = %ep.url, reason, "worker ejected after consecutive failures");
-            ctx.metrics
-                .ejections
-                .get_or_create(&WorkerLabels {
-                    pool: ep.pool.clone(),
-                    worker: ep.url.clone(),
-                })
-                .inc();
+            ctx.metrics.ejections.get_or_create(&WorkerLabels { pool: ep.pool.clone(), worker: ep.url.clone() }).inc();
         }
     };
     match result {
@@ -186,31 +157,22 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
         Ok(Err((connect, detail))) => {
             failed(&detail);
             let reason = if connect { "connect" } else { "dropped" };
-            Attempt::Retryable {
-                error: GatewayError::Upstream(format!("{}: {detail}", ep.url)),
-                reason,
-            }
+            Attempt::Retryable { error: GatewayError::Upstream(format!("{}: {detail}", ep.url)), reason }
         }
         Ok(Ok((parts, body))) => {
             let status = parts.status;
             let error_type = if status.is_success() {
                 None
             } else {
-                serde_json::from_slice::<wire::ErrorBody>(&body)
-                    .ok()
-                    .map(|b| b.error_type)
+                serde_json::from_slice::<wire::ErrorBody>(&body).ok().map(|b| b.error_type)
             };
             if status == StatusCode::SERVICE_UNAVAILABLE {
-                if error_type == Some(wire::ErrorType::Unavailable) && ep.health() == Health::Ready
-                {
+                if error_type == Some(wire::ErrorType::Unavailable) && ep.health() == Health::Ready {
                     tracing::info!(pool = %ep.pool, worker = %ep.url, "worker draining");
                     ep.set_health(Health::NotReady);
                 }
                 return Attempt::Retryable {
-                    error: GatewayError::Draining {
-                        pool: ep.pool.clone(),
-                        retry_after_s: cfg.retry_after_s,
-                    },
+                    error: GatewayError::Draining { pool: ep.pool.clone(), retry_after_s: cfg.retry_after_s },
                     reason: "unavailable",
                 };
             }

@@ -102,11 +102,7 @@ pub struct RawSignal {
 }
 
 pub fn pool_raw(workers: &[WorkerPressure], backlog: u64, t: Targets) -> RawSignal {
-    let mut s = RawSignal {
-        workers: workers.len(),
-        backlog: backlog as f64 / t.queue,
-        ..Default::default()
-    };
+    let mut s = RawSignal { workers: workers.len(), backlog: backlog as f64 / t.queue, ..Default::default() };
     for w in workers {
         s.raw += w.pressure;
         if w.stale {
@@ -132,11 +128,7 @@ pub struct Smoother {
 
 impl Smoother {
     pub fn new(rise: Duration, fall: Duration) -> Self {
-        Self {
-            rise,
-            fall,
-            state: None,
-        }
+        Self { rise, fall, state: None }
     }
 
     /// Feed a raw value at `now`; returns the smoothed value. The first value is taken as is.
@@ -146,11 +138,7 @@ impl Smoother {
             Some((prev, at)) => {
                 let dt = now.saturating_duration_since(at).as_secs_f64();
                 let tau = if raw > prev { self.rise } else { self.fall }.as_secs_f64();
-                let alpha = if tau <= 0.0 {
-                    1.0
-                } else {
-                    1.0 - (-dt / tau).exp()
-                };
+                let alpha = if tau <= 0.0 { 1.0 } else { 1.0 - (-dt / tau).exp() };
                 prev + alpha * (raw - prev)
             }
         };
@@ -182,20 +170,10 @@ pub fn finish(smoothed: f64, raw: &RawSignal) -> (f64, bool) {
 mod tests {
     use super::*;
 
-    const T: Targets = Targets {
-        queue: 32.0,
-        gpu_pct: 70.0,
-    };
+    const T: Targets = Targets { queue: 32.0, gpu_pct: 70.0 };
 
     fn fresh(queue: f64, gpu: Option<f64>) -> WorkerView {
-        WorkerView {
-            outstanding: 0,
-            fresh: Some(FreshTelemetry {
-                queue,
-                gpu_pct: gpu,
-            }),
-            held: None,
-        }
+        WorkerView { outstanding: 0, fresh: Some(FreshTelemetry { queue, gpu_pct: gpu }), held: None }
     }
 
     #[test]
@@ -208,36 +186,9 @@ mod tests {
             (fresh(64.0, Some(35.0)), 2.0, false, false),
             (fresh(0.0, Some(140.0)), 2.0, false, false),
             (fresh(48.0, None), 1.5, false, true),
-            (
-                WorkerView {
-                    outstanding: 0,
-                    fresh: None,
-                    held: Some(2.5),
-                },
-                2.5,
-                true,
-                false,
-            ),
-            (
-                WorkerView {
-                    outstanding: 128,
-                    fresh: None,
-                    held: Some(2.5),
-                },
-                4.0,
-                true,
-                false,
-            ),
-            (
-                WorkerView {
-                    outstanding: 0,
-                    fresh: None,
-                    held: None,
-                },
-                1.0,
-                true,
-                false,
-            ),
+            (WorkerView { outstanding: 0, fresh: None, held: Some(2.5) }, 2.5, true, false),
+            (WorkerView { outstanding: 128, fresh: None, held: Some(2.5) }, 4.0, true, false),
+            (WorkerView { outstanding: 0, fresh: None, held: None }, 1.0, true, false),
         ];
         for (i, (v, want, stale, missing)) in cases.into_iter().enumerate() {
             let p = worker_pressure(&v, T);
@@ -283,22 +234,8 @@ mod tests {
     fn stale_workers_hold_and_floor_the_signal() {
         let ws = [
             worker_pressure(&fresh(0.0, Some(0.0)), T),
-            worker_pressure(
-                &WorkerView {
-                    outstanding: 0,
-                    fresh: None,
-                    held: Some(0.2),
-                },
-                T,
-            ),
-            worker_pressure(
-                &WorkerView {
-                    outstanding: 0,
-                    fresh: None,
-                    held: Some(0.1),
-                },
-                T,
-            ),
+            worker_pressure(&WorkerView { outstanding: 0, fresh: None, held: Some(0.2) }, T),
+            worker_pressure(&WorkerView { outstanding: 0, fresh: None, held: Some(0.1) }, T),
         ];
         let raw = pool_raw(&ws, 0, T);
         assert_eq!(raw.blind, 2);

@@ -30,10 +30,7 @@ pub fn spawn(pool: Weak<Pool>, ctx: Arc<Ctx>) -> JoinHandle<()> {
 pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> PoolSignal {
     let cfg = &ctx.config;
     let m = &ctx.metrics;
-    let targets = Targets {
-        queue: cfg.target_queue,
-        gpu_pct: cfg.target_gpu,
-    };
+    let targets = Targets { queue: cfg.target_queue, gpu_pct: cfg.target_gpu };
     let endpoints = pool.endpoints();
     let mut pressures = Vec::with_capacity(endpoints.len());
     let mut ready = 0;
@@ -43,24 +40,15 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
         let age = snap.as_ref().map(|s| now.saturating_duration_since(s.at));
         let fresh = snap
             .filter(|_| age.is_some_and(|a| a <= cfg.stale_after))
-            .map(|s| FreshTelemetry {
-                queue: (outstanding + s.foreign_queue()) as f64,
-                gpu_pct: s.gpu_pct,
-            });
-        let view = WorkerView {
-            outstanding,
-            fresh,
-            held: ep.held_pressure(),
-        };
+            .map(|s| FreshTelemetry { queue: (outstanding + s.foreign_queue()) as f64, gpu_pct: s.gpu_pct });
+        let view = WorkerView { outstanding, fresh, held: ep.held_pressure() };
         let p = signal::worker_pressure(&view, targets);
         if !p.stale {
             ep.set_held_pressure(p.pressure);
         }
         ready += usize::from(ep.is_ready());
         let l = &ep.labels;
-        m.worker_outstanding
-            .get_or_create(l)
-            .set(outstanding as i64);
+        m.worker_outstanding.get_or_create(l).set(outstanding as i64);
         if let Some(f) = fresh {
             m.worker_queue.get_or_create(l).set(f.queue);
             match f.gpu_pct {
@@ -73,9 +61,7 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
             }
         }
         m.worker_pressure.get_or_create(l).set(p.pressure);
-        m.worker_telemetry_age
-            .get_or_create(l)
-            .set(age.map_or(f64::INFINITY, |a| a.as_secs_f64()));
+        m.worker_telemetry_age.get_or_create(l).set(age.map_or(f64::INFINITY, |a| a.as_secs_f64()));
         m.worker_stale.get_or_create(l).set(i64::from(p.stale));
         pressures.push(p);
     }
@@ -83,9 +69,7 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
     let smoothed = smoother.update(raw.raw, now);
     let (value, stale) = signal::finish(smoothed, &raw);
 
-    let pl = PoolLabels {
-        pool: pool.name.clone(),
-    };
+    let pl = PoolLabels { pool: pool.name.clone() };
     m.pool_signal.get_or_create(&pl).set(value);
     m.pool_signal_raw.get_or_create(&pl).set(raw.raw);
     m.pool_stale.get_or_create(&pl).set(i64::from(stale));
@@ -101,10 +85,7 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
         ("gpu_missing_workers", raw.gpu_missing as f64),
     ] {
         m.pool_signal_component
-            .get_or_create(&ComponentLabels {
-                pool: pool.name.clone(),
-                component: component.to_owned(),
-            })
+            .get_or_create(&ComponentLabels { pool: pool.name.clone(), component: component.to_owned() })
             .set(v);
     }
     PoolSignal {
@@ -114,8 +95,6 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
         components: raw,
         targets_queue: targets.queue,
         targets_gpu_pct: targets.gpu_pct,
-        updated_unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
+        updated_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
     }
 }

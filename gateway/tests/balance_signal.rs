@@ -49,11 +49,7 @@ async fn a_worker_reporting_a_deep_queue_receives_less_traffic() {
     gw.wait_ready("default", 2).await;
     let p = gw.gw.pools.get("default").unwrap();
     wait_for(
-        || {
-            p.endpoints()
-                .iter()
-                .all(|e| e.fresh_snapshot(Duration::from_secs(3)).is_some())
-        },
+        || p.endpoints().iter().all(|e| e.fresh_snapshot(Duration::from_secs(3)).is_some()),
         "telemetry from both workers",
     )
     .await;
@@ -63,12 +59,7 @@ async fn a_worker_reporting_a_deep_queue_receives_less_traffic() {
 }
 
 fn signal_of(v: &serde_json::Value, pool: &str) -> serde_json::Value {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["pool"] == pool)
-        .cloned()
-        .unwrap()
+    v.as_array().unwrap().iter().find(|s| s["pool"] == pool).cloned().unwrap()
 }
 
 #[tokio::test]
@@ -90,26 +81,12 @@ async fn the_signal_follows_queue_and_gpu_in_replica_units() {
             assert!((s["components"]["queue"].as_f64().unwrap() - 2.0).abs() < 1e-6);
             break;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "signal never reached 3.5: {s}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "signal never reached 3.5: {s}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let text = get(&c, &format!("{}/metrics", gw.url))
-        .await
-        .body
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        text.contains("gateway_pool_signal{pool=\"default\"} 3.5"),
-        "{text}"
-    );
-    assert!(
-        text.contains("gateway_worker_gpu_utilization_pct{pool=\"default\""),
-        "{text}"
-    );
+    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    assert!(text.contains("gateway_pool_signal{pool=\"default\"} 3.5"), "{text}");
+    assert!(text.contains("gateway_worker_gpu_utilization_pct{pool=\"default\""), "{text}");
 }
 
 #[tokio::test]
@@ -119,23 +96,11 @@ async fn without_telemetry_routing_works_and_the_signal_is_fail_static() {
     let gw = TestGateway::start(config(&[&a])).await;
     gw.wait_ready("default", 1).await;
     let c = client();
-    assert_eq!(
-        post(&c, &format!("{}/predict", gw.url), "{}").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(post(&c, &format!("{}/predict", gw.url), "{}").await.status, StatusCode::OK);
     let mut rx = gw.gw.pools.get("default").unwrap().signal();
-    wait_for(
-        || rx.borrow_and_update().components.workers == 1,
-        "first signal with the worker",
-    )
-    .await;
-    let s = get(&c, &format!("{}/pools/default/signal", gw.url))
-        .await
-        .body;
-    assert!(
-        s["signal"].as_f64().unwrap() >= 1.0,
-        "a blind worker counts as a replica: {s}"
-    );
+    wait_for(|| rx.borrow_and_update().components.workers == 1, "first signal with the worker").await;
+    let s = get(&c, &format!("{}/pools/default/signal", gw.url)).await.body;
+    assert!(s["signal"].as_f64().unwrap() >= 1.0, "a blind worker counts as a replica: {s}");
     assert_eq!(s["stale"], true);
 }
 
@@ -148,11 +113,7 @@ async fn stale_telemetry_holds_the_last_pressure() {
     let gw = TestGateway::start(cfg).await;
     let pool = gw.gw.pools.get("default").unwrap();
     let mut rx = pool.signal();
-    wait_for(
-        || (rx.borrow_and_update().signal - 4.0).abs() < 1e-6,
-        "signal 4",
-    )
-    .await;
+    wait_for(|| (rx.borrow_and_update().signal - 4.0).abs() < 1e-6, "signal 4").await;
     // The worker stops reporting: after stale_after the signal is stale but still 4.
     a.state.reported_queue.store(u64::MAX, Ordering::SeqCst);
     wait_for(|| rx.borrow_and_update().stale, "stale flag").await;

@@ -43,28 +43,18 @@ fn slice(name: &str, rv: &str, eps: &[(&FakeWorker, bool)]) -> Value {
     })
 }
 
-async fn endpointslices(
-    State(api): State<Api>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
-    assert_eq!(
-        q.get("labelSelector").map(String::as_str),
-        Some("kubernetes.io/service-name=workers")
-    );
+async fn endpointslices(State(api): State<Api>, Query(q): Query<HashMap<String, String>>) -> Response {
+    assert_eq!(q.get("labelSelector").map(String::as_str), Some("kubernetes.io/service-name=workers"));
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         let rx = api.events.subscribe();
-        api.watchers
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        api.watchers.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             match rx.recv().await {
                 Ok(line) => Some((Ok::<_, Infallible>(Bytes::from(line + "\n")), rx)),
                 Err(_) => None,
             }
         });
-        return Response::builder()
-            .header("content-type", "application/json")
-            .body(Body::from_stream(stream))
-            .unwrap();
+        return Response::builder().header("content-type", "application/json").body(Body::from_stream(stream)).unwrap();
     }
     let items = api.listed.lock().await.clone();
     axum::Json(json!({
@@ -86,10 +76,7 @@ async fn endpoint_slices_drive_the_pool_without_failing_requests() {
         watchers: Arc::default(),
     };
     let router = Router::new()
-        .route(
-            "/apis/discovery.k8s.io/v1/namespaces/ml/endpointslices",
-            get(endpointslices),
-        )
+        .route("/apis/discovery.k8s.io/v1/namespaces/ml/endpointslices", get(endpointslices))
         .fallback(|| async { StatusCode::NOT_FOUND })
         .with_state(api.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -127,29 +114,15 @@ async fn endpoint_slices_drive_the_pool_without_failing_requests() {
         })
     };
     let watchers = Arc::clone(&api.watchers);
-    wait_for(
-        || watchers.load(std::sync::atomic::Ordering::SeqCst) > 0,
-        "watch started",
-    )
-    .await;
+    wait_for(|| watchers.load(std::sync::atomic::Ordering::SeqCst) > 0, "watch started").await;
     // b appears (ready), then a's pod stops being ready, then a's slice is deleted.
     let ev = |t: &str, o: Value| json!({"type": t, "object": o}).to_string();
-    events
-        .send(ev("ADDED", slice("workers-b", "2", &[(&b, true)])))
-        .unwrap();
+    events.send(ev("ADDED", slice("workers-b", "2", &[(&b, true)]))).unwrap();
     gw.wait_ready("default", 2).await;
-    events
-        .send(ev("MODIFIED", slice("workers-a", "3", &[(&a, false)])))
-        .unwrap();
+    events.send(ev("MODIFIED", slice("workers-a", "3", &[(&a, false)]))).unwrap();
     let pool = gw.gw.pools.get("default").unwrap();
-    wait_for(
-        || pool.endpoints().len() == 1 && pool.endpoints()[0].url == b.url,
-        "a gone",
-    )
-    .await;
-    events
-        .send(ev("DELETED", slice("workers-a", "4", &[(&a, false)])))
-        .unwrap();
+    wait_for(|| pool.endpoints().len() == 1 && pool.endpoints()[0].url == b.url, "a gone").await;
+    events.send(ev("DELETED", slice("workers-a", "4", &[(&a, false)]))).unwrap();
 
     let (failures, seen) = load.await.unwrap();
     assert_eq!(failures, 0);

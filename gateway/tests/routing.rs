@@ -15,12 +15,7 @@ async fn predict_round_trips_get_and_post() {
     let gw = TestGateway::start(config(&[&w])).await;
     gw.wait_ready("default", 1).await;
     let c = client();
-    let a = post(
-        &c,
-        &format!("{}/predict", gw.url),
-        r#"{"query":"play music"}"#,
-    )
-    .await;
+    let a = post(&c, &format!("{}/predict", gw.url), r#"{"query":"play music"}"#).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(a.body["intent"], "w1");
     assert_eq!(a.body["echo"], r#"{"query":"play music"}"#);
@@ -40,12 +35,7 @@ async fn unknown_routes_methods_and_pools_are_json_errors() {
     let a = common::send(&c, "DELETE", &format!("{}/predict", gw.url), None).await;
     assert_eq!(a.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(a.body["error_type"], "method_not_allowed");
-    let a = post(
-        &c,
-        &format!("{}/pools/ghost/predict", gw.url),
-        r#"{"query":"x"}"#,
-    )
-    .await;
+    let a = post(&c, &format!("{}/pools/ghost/predict", gw.url), r#"{"query":"x"}"#).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     assert_eq!(a.body["error_type"], "not_found");
 }
@@ -61,16 +51,8 @@ async fn named_pools_route_to_their_own_workers() {
     gw.wait_ready("big", 1).await;
     let c = client();
     for _ in 0..5 {
-        assert_eq!(
-            post(&c, &format!("{}/pools/big/predict", gw.url), "{}")
-                .await
-                .body["intent"],
-            "big"
-        );
-        assert_eq!(
-            post(&c, &format!("{}/predict", gw.url), "{}").await.body["intent"],
-            "small"
-        );
+        assert_eq!(post(&c, &format!("{}/pools/big/predict", gw.url), "{}").await.body["intent"], "big");
+        assert_eq!(post(&c, &format!("{}/predict", gw.url), "{}").await.body["intent"], "small");
     }
 }
 
@@ -107,11 +89,7 @@ async fn admission_is_bounded_with_429_and_retry_after() {
         })
         .collect();
     let p = gw.gw.pools.get("default").unwrap();
-    wait_for(
-        || p.endpoints()[0].outstanding() == 2,
-        "two requests in flight",
-    )
-    .await;
+    wait_for(|| p.endpoints()[0].outstanding() == 2, "two requests in flight").await;
     let a = post(&c, &url, "{}").await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(a.body["error_type"], "overloaded");
@@ -146,11 +124,7 @@ async fn draining_worker_503_is_retried_elsewhere_and_taken_out() {
         assert_eq!(r.body["intent"], "b");
     }
     let p = gw.gw.pools.get("default").unwrap();
-    assert!(
-        p.endpoints()
-            .iter()
-            .any(|e| e.url == a.url && e.health() != Health::Ready)
-    );
+    assert!(p.endpoints().iter().any(|e| e.url == a.url && e.health() != Health::Ready));
     // Draining ends (the worker is back): the re-probe puts it back in rotation.
     a.set_mode(Mode::Ok);
     gw.wait_ready("default", 2).await;
@@ -197,23 +171,11 @@ async fn dropped_connections_are_retried_on_another_worker() {
     let c = client();
     for _ in 0..50 {
         let r = post(&c, &format!("{}/predict", gw.url), "{}").await;
-        assert_eq!(
-            r.status,
-            StatusCode::OK,
-            "every request survives by its one retry"
-        );
+        assert_eq!(r.status, StatusCode::OK, "every request survives by its one retry");
         assert_eq!(r.body["intent"], "good");
     }
-    let text = get(&c, &format!("{}/metrics", gw.url))
-        .await
-        .body
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        text.contains("gateway_retries_total{pool=\"default\",reason=\"dropped\"}"),
-        "{text}"
-    );
+    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    assert!(text.contains("gateway_retries_total{pool=\"default\",reason=\"dropped\"}"), "{text}");
 }
 
 #[tokio::test]
@@ -236,21 +198,9 @@ async fn consecutive_failures_eject_and_reprobing_restores() {
     }
     assert_eq!(ep.health(), Health::Ejected);
     let r = post(&c, &format!("{}/predict", gw.url), "{}").await;
-    assert_eq!(
-        r.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "ejected: no ready worker"
-    );
-    let text = get(&c, &format!("{}/metrics", gw.url))
-        .await
-        .body
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        text.contains("gateway_ejections_total{pool=\"default\""),
-        "{text}"
-    );
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "ejected: no ready worker");
+    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    assert!(text.contains("gateway_ejections_total{pool=\"default\""), "{text}");
 }
 
 #[tokio::test]
@@ -269,19 +219,12 @@ async fn ejected_worker_is_reprobed_with_backoff() {
     // /readyz still answers 200, so the re-probe brings it back.
     bad.set_mode(Mode::Ok);
     wait_for(|| ep.health() == Health::Ready, "re-probed worker back").await;
-    assert_eq!(
-        post(&c, &format!("{}/predict", gw.url), "{}").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(post(&c, &format!("{}/predict", gw.url), "{}").await.status, StatusCode::OK);
 }
 
 #[tokio::test]
 async fn killed_worker_costs_no_request() {
-    let ws = [
-        FakeWorker::start("a").await,
-        FakeWorker::start("b").await,
-        FakeWorker::start("c").await,
-    ];
+    let ws = [FakeWorker::start("a").await, FakeWorker::start("b").await, FakeWorker::start("c").await];
     for w in &ws {
         w.set_delay(20);
     }
@@ -301,18 +244,11 @@ async fn killed_worker_costs_no_request() {
         }));
     }
     let p = gw.gw.pools.get("default").unwrap();
-    wait_for(
-        || ws[0].predicts() > 10 && p.endpoints().iter().any(|e| e.outstanding() > 0),
-        "load",
-    )
-    .await;
+    wait_for(|| ws[0].predicts() > 10 && p.endpoints().iter().any(|e| e.outstanding() > 0), "load").await;
     ws[0].kill();
     let mut failed = 0;
     for t in tasks {
         failed += t.await.unwrap().iter().filter(|s| !s.is_success()).count();
     }
-    assert_eq!(
-        failed, 0,
-        "requests inside the killed worker were retried on another"
-    );
+    assert_eq!(failed, 0, "requests inside the killed worker were retried on another");
 }

@@ -20,9 +20,7 @@ pub fn parse(default_pool: &str, text: &str) -> Targets {
         match (words.next(), words.next()) {
             (None, _) => {}
             (Some(url), None) => {
-                t.entry(default_pool.to_owned())
-                    .or_default()
-                    .insert(url.to_owned());
+                t.entry(default_pool.to_owned()).or_default().insert(url.to_owned());
             }
             (Some(pool), Some(url)) => {
                 t.entry(pool.to_owned()).or_default().insert(url.to_owned());
@@ -33,12 +31,7 @@ pub fn parse(default_pool: &str, text: &str) -> Targets {
 }
 
 /// Watch `path` and feed `pools`; ends when the pools are gone.
-pub fn spawn(
-    path: PathBuf,
-    interval: Duration,
-    default_pool: String,
-    pools: Weak<Pools>,
-) -> JoinHandle<()> {
+pub fn spawn(path: PathBuf, interval: Duration, default_pool: String, pools: Weak<Pools>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut last: Option<String> = None;
         loop {
@@ -67,14 +60,8 @@ mod tests {
 
     #[test]
     fn parses_urls_pools_and_comments() {
-        let t = parse(
-            "d",
-            "# workers\nhttp://a:1\n\nbig http://b:2  # gpu\n  http://c:3\n",
-        );
-        assert_eq!(
-            t["d"].iter().collect::<Vec<_>>(),
-            ["http://a:1", "http://c:3"]
-        );
+        let t = parse("d", "# workers\nhttp://a:1\n\nbig http://b:2  # gpu\n  http://c:3\n");
+        assert_eq!(t["d"].iter().collect::<Vec<_>>(), ["http://a:1", "http://c:3"]);
         assert_eq!(t["big"].iter().collect::<Vec<_>>(), ["http://b:2"]);
     }
 }

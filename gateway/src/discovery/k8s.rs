@@ -28,11 +28,7 @@ pub struct ServiceSpec {
 
 impl ServiceSpec {
     pub fn parse(default_pool: &str, s: &str) -> Result<Self, GatewayError> {
-        let bad = || {
-            GatewayError::Config(format!(
-                "--k8s-service {s:?}: expected [POOL=]NAMESPACE/SERVICE[:PORT]"
-            ))
-        };
+        let bad = || GatewayError::Config(format!("--k8s-service {s:?}: expected [POOL=]NAMESPACE/SERVICE[:PORT]"));
         let (pool, rest) = match s.split_once('=') {
             Some((p, r)) => (p.trim().to_owned(), r),
             None => (default_pool.to_owned(), s),
@@ -45,12 +41,7 @@ impl ServiceSpec {
         if pool.is_empty() || ns.is_empty() || svc.is_empty() {
             return Err(bad());
         }
-        Ok(Self {
-            pool,
-            namespace: ns.to_owned(),
-            service: svc.to_owned(),
-            port,
-        })
+        Ok(Self { pool, namespace: ns.to_owned(), service: svc.to_owned(), port })
     }
 
     pub fn source(&self) -> String {
@@ -63,9 +54,9 @@ pub fn ready_urls(slice: &EndpointSlice, port: Option<&str>) -> BTreeSet<String>
     let ports = slice.ports.as_deref().unwrap_or_default();
     let chosen = match port {
         None => ports.first(),
-        Some(p) => ports.iter().find(|sp| {
-            sp.name.as_deref() == Some(p) || sp.port.map(|n| n.to_string()).as_deref() == Some(p)
-        }),
+        Some(p) => ports
+            .iter()
+            .find(|sp| sp.name.as_deref() == Some(p) || sp.port.map(|n| n.to_string()).as_deref() == Some(p)),
     };
     let Some(port) = chosen.and_then(|p| p.port) else {
         return BTreeSet::new();
@@ -77,13 +68,7 @@ pub fn ready_urls(slice: &EndpointSlice, port: Option<&str>) -> BTreeSet<String>
         // Kubernetes: a nil `ready` condition is to be read as ready.
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
         .flat_map(|e| e.addresses.iter())
-        .map(|a| {
-            if v6 {
-                format!("http://[{a}]:{port}")
-            } else {
-                format!("http://{a}:{port}")
-            }
-        })
+        .map(|a| if v6 { format!("http://[{a}]:{port}") } else { format!("http://{a}:{port}") })
         .collect()
 }
 
@@ -91,11 +76,7 @@ fn slice_name(s: &EndpointSlice) -> String {
     s.metadata.name.clone().unwrap_or_default()
 }
 
-fn publish(
-    pools: &Weak<Pools>,
-    spec: &ServiceSpec,
-    slices: &BTreeMap<String, BTreeSet<String>>,
-) -> bool {
+fn publish(pools: &Weak<Pools>, spec: &ServiceSpec, slices: &BTreeMap<String, BTreeSet<String>>) -> bool {
     let Some(p) = pools.upgrade() else {
         return false;
     };
@@ -111,8 +92,7 @@ fn publish(
 pub fn spawn(client: Client, spec: ServiceSpec, pools: Weak<Pools>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let api: Api<EndpointSlice> = Api::namespaced(client, &spec.namespace);
-        let cfg = watcher::Config::default()
-            .labels(&format!("kubernetes.io/service-name={}", spec.service));
+        let cfg = watcher::Config::default().labels(&format!("kubernetes.io/service-name={}", spec.service));
         let mut events = watcher::watcher(api, cfg).default_backoff().boxed();
         let mut slices: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         let mut relisting: Option<BTreeMap<String, BTreeSet<String>>> = None;
@@ -160,10 +140,7 @@ mod tests {
     #[test]
     fn service_specs_parse() {
         let s = ServiceSpec::parse("d", "big=ml/workers:http").unwrap();
-        assert_eq!(
-            (s.pool.as_str(), s.namespace.as_str(), s.service.as_str()),
-            ("big", "ml", "workers")
-        );
+        assert_eq!((s.pool.as_str(), s.namespace.as_str(), s.service.as_str()), ("big", "ml", "workers"));
         assert_eq!(s.port.as_deref(), Some("http"));
         let s = ServiceSpec::parse("d", "ml/workers").unwrap();
         assert_eq!((s.pool.as_str(), s.port.clone()), ("d", None));

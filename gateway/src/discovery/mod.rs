@@ -19,17 +19,13 @@ pub fn static_targets(
 ) -> Result<Targets, GatewayError> {
     let mut t = Targets::new();
     for w in workers.iter().filter(|w| !w.trim().is_empty()) {
-        t.entry(default_pool.to_owned())
-            .or_default()
-            .insert(w.trim().to_owned());
+        t.entry(default_pool.to_owned()).or_default().insert(w.trim().to_owned());
     }
     for pw in pool_workers.iter().filter(|w| !w.trim().is_empty()) {
-        let (pool, url) = pw.split_once('=').ok_or_else(|| {
-            GatewayError::Config(format!("--pool-worker {pw:?}: expected POOL=URL"))
-        })?;
-        t.entry(pool.trim().to_owned())
-            .or_default()
-            .insert(url.trim().to_owned());
+        let (pool, url) = pw
+            .split_once('=')
+            .ok_or_else(|| GatewayError::Config(format!("--pool-worker {pw:?}: expected POOL=URL")))?;
+        t.entry(pool.trim().to_owned()).or_default().insert(url.trim().to_owned());
     }
     Ok(t)
 }

@@ -83,19 +83,11 @@ impl FakeWorker {
                 let st = Arc::clone(&st);
                 conns.spawn(async move {
                     let svc = hyper::service::service_fn(move |req| handle(Arc::clone(&st), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(sock), svc)
-                        .await;
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(sock), svc).await;
                 });
             }
         });
-        Self {
-            addr,
-            url: format!("http://{addr}"),
-            name: name.to_owned(),
-            state,
-            server,
-        }
+        Self { addr, url: format!("http://{addr}"), name: name.to_owned(), state, server }
     }
 
     pub fn set_mode(&self, m: Mode) {
@@ -140,10 +132,7 @@ fn json(status: StatusCode, v: serde_json::Value) -> Response<Full<Bytes>> {
         .unwrap()
 }
 
-async fn handle(
-    st: Arc<FakeState>,
-    req: Request<hyper::body::Incoming>,
-) -> Result<Response<Full<Bytes>>, Dropped> {
+async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Dropped> {
     let path = req.uri().path().to_owned();
     let mode = st.mode();
     match path.as_str() {
@@ -155,28 +144,12 @@ async fn handle(
         "/v1/stats" => {
             let q = st.reported_queue.load(Ordering::SeqCst);
             if q == u64::MAX {
-                return Ok(json(
-                    StatusCode::NOT_FOUND,
-                    serde_json::json!({"error":"no","error_type":"not_found"}),
-                ));
+                return Ok(json(StatusCode::NOT_FOUND, serde_json::json!({"error":"no","error_type":"not_found"})));
             }
-            Ok(json(
-                StatusCode::OK,
-                stats(
-                    &st.name,
-                    q,
-                    st.gpu_pct.load(Ordering::SeqCst),
-                    mode == Mode::Draining,
-                ),
-            ))
+            Ok(json(StatusCode::OK, stats(&st.name, q, st.gpu_pct.load(Ordering::SeqCst), mode == Mode::Draining)))
         }
         "/predict" => {
-            let body = req
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
+            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let delay = st.delay_ms.load(Ordering::SeqCst);
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -185,10 +158,7 @@ async fn handle(
                 Mode::Ok => {
                     st.predicts.fetch_add(1, Ordering::SeqCst);
                     let echo = String::from_utf8_lossy(&body).into_owned();
-                    Ok(json(
-                        StatusCode::OK,
-                        serde_json::json!({"intent": st.name, "score": 1.0, "echo": echo}),
-                    ))
+                    Ok(json(StatusCode::OK, serde_json::json!({"intent": st.name, "score": 1.0, "echo": echo})))
                 }
                 Mode::Draining => Ok(json(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -201,10 +171,7 @@ async fn handle(
                 Mode::Drop => Err(Dropped),
             }
         }
-        _ => Ok(json(
-            StatusCode::NOT_FOUND,
-            serde_json::json!({"error":"no","error_type":"not_found"}),
-        )),
+        _ => Ok(json(StatusCode::NOT_FOUND, serde_json::json!({"error":"no","error_type":"not_found"}))),
     }
 }
 
@@ -274,11 +241,7 @@ impl TestGateway {
     /// Wait until `n` workers of `pool` are ready.
     pub async fn wait_ready(&self, pool: &str, n: usize) {
         let p = self.gw.pools.get(pool).unwrap();
-        wait_for(
-            || p.endpoints().iter().filter(|e| e.is_ready()).count() == n,
-            "workers ready",
-        )
-        .await;
+        wait_for(|| p.endpoints().iter().filter(|e| e.is_ready()).count() == n, "workers ready").await;
     }
 }
 
@@ -286,10 +249,7 @@ impl TestGateway {
 pub async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -317,14 +277,9 @@ pub async fn send(c: &TestClient, method: &str, url: &str, body: Option<&str>) -
     let status = resp.status();
     let headers = resp.headers().clone();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::String(
-        String::from_utf8_lossy(&bytes).into(),
-    ));
-    Answer {
-        status,
-        headers,
-        body,
-    }
+    let body =
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::String(String::from_utf8_lossy(&bytes).into()));
+    Answer { status, headers, body }
 }
 
 pub async fn get(c: &TestClient, url: &str) -> Answer {
