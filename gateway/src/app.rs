@@ -83,11 +83,8 @@ pub fn metrics_app(state: AppState) -> Router {
 async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Response {
     match Arc::clone(&state.admission).try_acquire_owned() {
         Ok(_permit) => {
-            let m = &state.pools.ctx().metrics;
-            m.outstanding.inc();
-            let resp = next.run(req).await;
-            m.outstanding.dec();
-            resp
+            let _counted = Outstanding::new(&state.pools.ctx().metrics.outstanding);
+            next.run(req).await
         }
         Err(_) => {
             let ctx = state.pools.ctx();
@@ -102,6 +99,22 @@ async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Respo
                 .inc();
             GatewayError::Overloaded { retry_after_s: ctx.config.retry_after_s }.into_response()
         }
+    }
+}
+
+/// Counts a request in `gateway_outstanding` while it lives, also when the client goes away.
+struct Outstanding<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+
+impl<'a> Outstanding<'a> {
+    fn new(g: &'a prometheus_client::metrics::gauge::Gauge) -> Self {
+        g.inc();
+        Self(g)
+    }
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
