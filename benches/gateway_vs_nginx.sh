@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Gateway vs nginx as a reverse proxy in front of the same trivial upstream, in one run.
+#
+#   benches/gateway_vs_nginx.sh            # DURATION=10s LIGHT_CONN=4 HEAVY_CONN=64 by default
+#
+# Pinning (this machine has 2 cores): the proxy under test (gateway or nginx, one worker
+# process / one runtime thread) runs alone on core 1; the load generator (wrk, 1 thread) and the
+# upstream (single-threaded hyper) share core 0. Both proxies get exactly the same core, the
+# same upstream and the same load. "direct" is wrk straight to the upstream (no proxy).
+# Two loads: LIGHT_CONN connections (latency: the proxy is far from saturated) and HEAVY_CONN
+# connections (maximum throughput; latency there is mostly queueing).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+DURATION=${DURATION:-10s}
+LIGHT_CONN=${LIGHT_CONN:-4}
+HEAVY_CONN=${HEAVY_CONN:-64}
+PROXY_CORE=${PROXY_CORE:-1}
+LOAD_CORE=${LOAD_CORE:-0}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+
+need=()
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v wrk >/dev/null || need+=(wrk)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+cargo build -q --release -p gateway --bin gateway --example trivial_upstream
+bin=$CARGO_TARGET_DIR/release
+
+out=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$out"; }
+trap cleanup EXIT
+
+# Start a process that prints `listening on http://ADDR`; sets $addr.
+start() {
+  local log=$1; shift
+  "$@" >"$log" 2>"$log.err" &
+  pids+=($!)
+  for _ in $(seq 1 200); do
+    addr=$(sed -n 's#^listening on http://##p' "$log" | head -n1)
+    [ -n "$addr" ] && return 0
+    sleep 0.05
+  done
+  echo "no listening line from $*" >&2; cat "$log.err" >&2; exit 1
+}
+
+start "$out/upstream.log" taskset -c "$LOAD_CORE" "$bin/examples/trivial_upstream" 127.0.0.1:0
+upstream=$addr
+start "$out/gateway.log" taskset -c "$PROXY_CORE" "$bin/gateway" --listen 127.0.0.1:0 --worker "http://$upstream" --log warn
+gateway=$addr
+
+nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$out/nginx.conf" <<CONF
+worker_processes 1;
+worker_cpu_affinity auto;
+daemon off;
+pid $out/nginx.pid;
+error_log $out/nginx.err warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream workers { server $upstream; keepalive 256; }
+  server {
+    listen 127.0.0.1:$nginx_port backlog=4096;
+    location / {
+      proxy_pass http://workers;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+CONF
+taskset -c "$PROXY_CORE" "$NGINX" -c "$out/nginx.conf" -e "$out/nginx.err" &
+pids+=($!)
+for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$nginx_port/predict" >/dev/null 2>&1 && break; sleep 0.05; done
+for _ in $(seq 1 100); do curl -fs "http://$gateway/predict?query=hi" >/dev/null 2>&1 && break; sleep 0.05; done
+
+# wrk -> "rps p50_ms p99_ms errors"
+measure() {
+  local url=$1 conns=$2
+  taskset -c "$LOAD_CORE" wrk -t1 -c"$conns" -d"$DURATION" --latency "$url" >"$out/wrk.txt"
+  python3 - "$out/wrk.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+def ms(v, u):
+    return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[u]
+p = {k: ms(v, u) for k, v, u in re.findall(r"^\s+(50|99)(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", t, re.M)}
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+err = sum(int(x) for x in re.findall(r"(?:Non-2xx or 3xx responses|Socket errors:.*?timeout)\D+(\d+)", t))
+print(f"{rps:.0f} {p['50']:.3f} {p['99']:.3f} {err}")
+PY
+}
+
+declare -A R
+for load in light heavy; do
+  conns=$LIGHT_CONN; [ $load = heavy ] && conns=$HEAVY_CONN
+  R[direct_$load]=$(measure "http://$upstream/predict?query=hello" "$conns")
+  R[nginx_$load]=$(measure "http://127.0.0.1:$nginx_port/predict?query=hello" "$conns")
+  R[gateway_$load]=$(measure "http://$gateway/predict?query=hello" "$conns")
+done
+
+python3 - "${R[direct_light]}" "${R[nginx_light]}" "${R[gateway_light]}" \
+  "${R[direct_heavy]}" "${R[nginx_heavy]}" "${R[gateway_heavy]}" "$LIGHT_CONN" "$HEAVY_CONN" "$DURATION" <<'PY'
+import sys
+rows = [list(map(float, a.split())) for a in sys.argv[1:7]]
+light, heavy, dur = sys.argv[7], sys.argv[8], sys.argv[9]
+names = ["direct", "nginx", "gateway"]
+print(f"wrk -t1, {dur} per cell; proxy alone on one core, wrk + upstream on the other")
+for title, block, c in (("light load", rows[0:3], light), ("max throughput", rows[3:6], heavy)):
+    d = block[0]
+    print(f"\n{title} ({c} connections)")
+    print(f"{'target':8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'errors':>6}")
+    for n, r in zip(names, block):
+        add50 = "" if n == "direct" else f"{r[1]-d[1]:8.3f}"
+        add99 = "" if n == "direct" else f"{r[2]-d[2]:8.3f}"
+        print(f"{n:8} {r[0]:9.0f} {r[1]:8.3f} {r[2]:8.3f} {add50:>8} {add99:>8} {int(r[3]):6d}")
+    g, n = block[2], block[1]
+    print(f"gateway/nginx: throughput x{g[0]/n[0]:.2f}, p50 x{g[1]/n[1]:.2f}, p99 x{g[2]/n[2]:.2f}")
+PY

@@ -1,0 +1,43 @@
+//! A trivial upstream for the gateway-vs-nginx benchmark: answers `/predict` with a fixed small
+//! JSON body and `/readyz` with 200, on a single-threaded runtime. Prints
+//! `listening on http://ADDR`.
+//!
+//! `cargo run --release -p gateway --example trivial_upstream -- 127.0.0.1:0`
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+const PREDICTION: &[u8] = br#"{"intent":"PlayMusic","score":0.98}"#;
+
+async fn handle(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (status, body): (StatusCode, &'static [u8]) = match req.uri().path() {
+        "/predict" => (StatusCode::OK, PREDICTION),
+        "/readyz" | "/healthz" => (StatusCode::OK, b"{\"status\":\"ready\"}"),
+        _ => (StatusCode::NOT_FOUND, br#"{"error":"no such route","error_type":"not_found"}"#),
+    };
+    let mut resp = Response::new(Full::new(Bytes::from_static(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    Ok(resp)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> std::io::Result<()> {
+    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:0".to_owned());
+    let listener = TcpListener::bind(&addr).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    loop {
+        let (sock, _) = listener.accept().await?;
+        let _ = sock.set_nodelay(true);
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(sock), hyper::service::service_fn(handle))
+                .await;
+        });
+    }
+}

@@ -1,0 +1,128 @@
+//! The gateway's errors and their one mapping to HTTP: status, `Retry-After` where it helps, and
+//! a JSON [`wire::ErrorBody`] whose `error_type` is also the metric outcome label.
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use wire::{ErrorBody, ErrorType};
+
+/// Everything that can go wrong in the gateway, for the client or at startup.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("no route for {0}")]
+    NotFound(String),
+    #[error("no pool named {0:?}")]
+    UnknownPool(String),
+    #[error("method {0} not allowed here")]
+    MethodNotAllowed(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("request body larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("the gateway is at capacity; retry later")]
+    Overloaded { retry_after_s: u64 },
+    #[error("no ready worker in pool {pool:?}; retry later")]
+    NoWorker { pool: String, retry_after_s: u64 },
+    #[error("the workers of pool {pool:?} are shutting down; retry later")]
+    Draining { pool: String, retry_after_s: u64 },
+    #[error("no answer from the workers in time")]
+    Timeout,
+    #[error("the worker failed: {0}")]
+    Upstream(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl GatewayError {
+    /// The stable kind, as sent to clients and used as the `outcome` metric label.
+    pub fn error_type(&self) -> ErrorType {
+        match self {
+            Self::NotFound(_) | Self::UnknownPool(_) => ErrorType::NotFound,
+            Self::MethodNotAllowed(_) => ErrorType::MethodNotAllowed,
+            Self::InvalidRequest(_) => ErrorType::InvalidRequest,
+            Self::TooLarge(_) => ErrorType::TooLarge,
+            Self::Overloaded { .. } => ErrorType::Overloaded,
+            Self::NoWorker { .. } | Self::Draining { .. } => ErrorType::Unavailable,
+            Self::Timeout => ErrorType::Timeout,
+            Self::Upstream(_) => ErrorType::Upstream,
+            Self::Config(_) | Self::Kube(_) | Self::Io(_) => ErrorType::Internal,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::NotFound(_) | Self::UnknownPool(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::NoWorker { .. } | Self::Draining { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Upstream(_) => StatusCode::BAD_GATEWAY,
+            Self::Config(_) | Self::Kube(_) | Self::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            Self::Overloaded { retry_after_s }
+            | Self::NoWorker { retry_after_s, .. }
+            | Self::Draining { retry_after_s, .. } => Some(*retry_after_s),
+            _ => None,
+        }
+    }
+
+    /// What the client reads: never internal detail.
+    fn public_message(&self) -> String {
+        match self {
+            Self::Upstream(_) => "the worker failed or could not be reached".to_owned(),
+            Self::Config(_) | Self::Kube(_) | Self::Io(_) => "internal error".to_owned(),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(error = %self, error_type = self.error_type().as_str(), "request failed");
+        }
+        let body = ErrorBody { error: self.public_message(), error_type: self.error_type() };
+        let mut resp = (status, Json(body)).into_response();
+        if let Some(s) = self.retry_after_s() {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn overload_answers_429_with_retry_after_and_json() {
+        let resp = GatewayError::Overloaded { retry_after_s: 2 }.into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let e: ErrorBody = serde_json::from_slice(&body).unwrap();
+        assert_eq!(e.error_type, ErrorType::Overloaded);
+    }
+
+    #[tokio::test]
+    async fn upstream_detail_stays_in_the_log() {
+        let resp = GatewayError::Upstream("connection reset by 10.0.0.1".into()).into_response();
+        assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let e: ErrorBody = serde_json::from_slice(&body).unwrap();
+        assert_eq!(e.error_type, ErrorType::Upstream);
+        assert!(!e.error.contains("10.0.0.1"));
+    }
+}

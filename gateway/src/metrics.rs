@@ -1,0 +1,188 @@
+//! Prometheus metrics: every family the gateway exports is declared here, with its labels; the
+//! names and labels are documented in one table in `gateway/README.md`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// `pool`, `worker`, `outcome` (`ok` or an `error_type`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub pool: String,
+    pub worker: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabels {
+    pub pool: String,
+    pub worker: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ComponentLabels {
+    pub pool: String,
+    pub component: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetryLabels {
+    pub pool: String,
+    pub reason: String,
+}
+
+type FGauge = Gauge<f64, AtomicU64>;
+type HistogramCtor = fn() -> Histogram;
+
+fn latency_histogram() -> Histogram {
+    // 0.25 ms .. ~16 s: the gateway's own overhead is sub-millisecond, inference is tens of ms,
+    // timeouts are seconds.
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 17))
+}
+
+/// All metric families, cheap to clone (every family is an `Arc` inside).
+#[derive(Clone)]
+pub struct Metrics {
+    pub requests: Family<RequestLabels, Counter>,
+    pub latency: Family<RequestLabels, Histogram, HistogramCtor>,
+    pub retries: Family<RetryLabels, Counter>,
+    pub ejections: Family<WorkerLabels, Counter>,
+    pub admission_rejected: Counter,
+    pub outstanding: Gauge,
+    pub worker_outstanding: Family<WorkerLabels, Gauge>,
+    pub worker_queue: Family<WorkerLabels, FGauge>,
+    pub worker_gpu: Family<WorkerLabels, FGauge>,
+    pub worker_pressure: Family<WorkerLabels, FGauge>,
+    pub worker_telemetry_age: Family<WorkerLabels, FGauge>,
+    pub worker_stale: Family<WorkerLabels, Gauge>,
+    pub worker_ready: Family<WorkerLabels, Gauge>,
+    pub pool_signal: Family<PoolLabels, FGauge>,
+    pub pool_signal_raw: Family<PoolLabels, FGauge>,
+    pub pool_signal_component: Family<ComponentLabels, FGauge>,
+    pub pool_stale: Family<PoolLabels, Gauge>,
+    pub pool_workers: Family<PoolLabels, Gauge>,
+    pub pool_ready_workers: Family<PoolLabels, Gauge>,
+    pub pool_backlog: Family<PoolLabels, Gauge>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram as HistogramCtor),
+            retries: Family::default(),
+            ejections: Family::default(),
+            admission_rejected: Counter::default(),
+            outstanding: Gauge::default(),
+            worker_outstanding: Family::default(),
+            worker_queue: Family::default(),
+            worker_gpu: Family::default(),
+            worker_pressure: Family::default(),
+            worker_telemetry_age: Family::default(),
+            worker_stale: Family::default(),
+            worker_ready: Family::default(),
+            pool_signal: Family::default(),
+            pool_signal_raw: Family::default(),
+            pool_signal_component: Family::default(),
+            pool_stale: Family::default(),
+            pool_workers: Family::default(),
+            pool_ready_workers: Family::default(),
+            pool_backlog: Family::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// A registry holding every family under the `gateway_` prefix.
+    pub fn registry(&self) -> Registry {
+        let mut r = Registry::with_prefix("gateway");
+        r.register("requests", "Client requests by pool, worker and outcome", self.requests.clone());
+        r.register(
+            "request_duration_seconds",
+            "Client request latency at the gateway by pool, worker and outcome",
+            self.latency.clone(),
+        );
+        r.register("retries", "Requests retried on another worker, by reason", self.retries.clone());
+        r.register("ejections", "Workers ejected after consecutive failures", self.ejections.clone());
+        r.register(
+            "admission_rejected",
+            "Requests refused with 429 because the gateway was at --max-outstanding",
+            self.admission_rejected.clone(),
+        );
+        r.register("outstanding", "Requests held by the gateway now", self.outstanding.clone());
+        r.register(
+            "worker_outstanding",
+            "Requests the gateway has sent to the worker and not finished",
+            self.worker_outstanding.clone(),
+        );
+        r.register(
+            "worker_queue",
+            "Worker queue estimate: reported queued+in_flight of other clients plus our outstanding",
+            self.worker_queue.clone(),
+        );
+        r.register(
+            "worker_gpu_utilization_pct",
+            "GPU utilization the worker reported (process SM% on a shared GPU, device% otherwise)",
+            self.worker_gpu.clone(),
+        );
+        r.register("worker_pressure", "Replica units this worker's load needs at target", self.worker_pressure.clone());
+        r.register(
+            "worker_telemetry_age_seconds",
+            "Age of the worker's last /v1/stats snapshot",
+            self.worker_telemetry_age.clone(),
+        );
+        r.register("worker_telemetry_stale", "1 when the worker's telemetry is stale", self.worker_stale.clone());
+        r.register("worker_ready", "1 when the worker receives traffic", self.worker_ready.clone());
+        r.register("pool_signal", "Smoothed scaling signal of the pool, in replicas", self.pool_signal.clone());
+        r.register(
+            "pool_signal_raw",
+            "Unsmoothed scaling signal of the pool, in replicas",
+            self.pool_signal_raw.clone(),
+        );
+        r.register(
+            "pool_signal_component",
+            "Parts of the raw signal: queue, gpu, held, backlog, blind_floor",
+            self.pool_signal_component.clone(),
+        );
+        r.register("pool_signal_stale", "1 when some worker's telemetry is stale", self.pool_stale.clone());
+        r.register("pool_workers", "Workers discovered in the pool", self.pool_workers.clone());
+        r.register("pool_ready_workers", "Workers receiving traffic in the pool", self.pool_ready_workers.clone());
+        r.register("pool_backlog", "Requests waiting at the gateway for a ready worker", self.pool_backlog.clone());
+        r
+    }
+
+    /// Drop every per-worker series of a worker that left the pool.
+    pub fn forget_worker(&self, pool: &str, worker: &str) {
+        let l = WorkerLabels { pool: pool.to_owned(), worker: worker.to_owned() };
+        self.worker_outstanding.remove(&l);
+        self.worker_queue.remove(&l);
+        self.worker_gpu.remove(&l);
+        self.worker_pressure.remove(&l);
+        self.worker_telemetry_age.remove(&l);
+        self.worker_stale.remove(&l);
+        self.worker_ready.remove(&l);
+    }
+}
+
+/// Render a registry in the Prometheus text format.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}

@@ -1,0 +1,100 @@
+//! The per-pool task that turns endpoint state into the scaling signal every
+//! `--signal-interval`, publishes it on the pool's `watch` channel and sets the gauges.
+
+use std::sync::{Arc, Weak};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::metrics::{ComponentLabels, PoolLabels};
+use crate::pool::{Ctx, Pool};
+use crate::signal::{self, FreshTelemetry, PoolSignal, Smoother, Targets, WorkerView};
+
+pub fn spawn(pool: Weak<Pool>, ctx: Arc<Ctx>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let cfg = &ctx.config;
+        let mut smoother = Smoother::new(cfg.signal_rise, cfg.signal_fall);
+        let mut tick = tokio::time::interval(cfg.signal_interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(pool) = pool.upgrade() else { return };
+            let s = compute(&pool, &ctx, &mut smoother, Instant::now());
+            pool.publish_signal(s);
+        }
+    })
+}
+
+/// One step of the signal: read every worker, update held pressures and gauges.
+pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> PoolSignal {
+    let cfg = &ctx.config;
+    let m = &ctx.metrics;
+    let targets = Targets { queue: cfg.target_queue, gpu_pct: cfg.target_gpu };
+    let endpoints = pool.endpoints();
+    let mut pressures = Vec::with_capacity(endpoints.len());
+    let mut ready = 0;
+    for ep in endpoints.iter() {
+        let outstanding = ep.outstanding();
+        let snap = ep.snapshot();
+        let age = snap.as_ref().map(|s| now.saturating_duration_since(s.at));
+        let fresh = snap
+            .filter(|_| age.is_some_and(|a| a <= cfg.stale_after))
+            .map(|s| FreshTelemetry { queue: (outstanding + s.foreign_queue()) as f64, gpu_pct: s.gpu_pct });
+        let view = WorkerView { outstanding, fresh, held: ep.held_pressure() };
+        let p = signal::worker_pressure(&view, targets);
+        if !p.stale {
+            ep.set_held_pressure(p.pressure);
+        }
+        ready += usize::from(ep.is_ready());
+        let l = &ep.labels;
+        m.worker_outstanding.get_or_create(l).set(outstanding as i64);
+        if let Some(f) = fresh {
+            m.worker_queue.get_or_create(l).set(f.queue);
+            match f.gpu_pct {
+                Some(g) => {
+                    m.worker_gpu.get_or_create(l).set(g);
+                }
+                None => {
+                    m.worker_gpu.remove(l);
+                }
+            }
+        }
+        m.worker_pressure.get_or_create(l).set(p.pressure);
+        m.worker_telemetry_age.get_or_create(l).set(age.map_or(f64::INFINITY, |a| a.as_secs_f64()));
+        m.worker_stale.get_or_create(l).set(i64::from(p.stale));
+        pressures.push(p);
+    }
+    let raw = signal::pool_raw(&pressures, pool.backlog(), targets);
+    let smoothed = smoother.update(raw.raw, now);
+    let (value, stale) = signal::finish(smoothed, &raw);
+
+    let pl = PoolLabels { pool: pool.name.clone() };
+    m.pool_signal.get_or_create(&pl).set(value);
+    m.pool_signal_raw.get_or_create(&pl).set(raw.raw);
+    m.pool_stale.get_or_create(&pl).set(i64::from(stale));
+    m.pool_workers.get_or_create(&pl).set(raw.workers as i64);
+    m.pool_ready_workers.get_or_create(&pl).set(ready as i64);
+    m.pool_backlog.get_or_create(&pl).set(pool.backlog() as i64);
+    for (component, v) in [
+        ("queue", raw.queue),
+        ("gpu", raw.gpu),
+        ("held", raw.held),
+        ("backlog", raw.backlog),
+        ("blind_floor", raw.blind as f64),
+        ("gpu_missing_workers", raw.gpu_missing as f64),
+    ] {
+        m.pool_signal_component
+            .get_or_create(&ComponentLabels { pool: pool.name.clone(), component: component.to_owned() })
+            .set(v);
+    }
+    PoolSignal {
+        pool: pool.name.clone(),
+        signal: value,
+        stale,
+        components: raw,
+        targets_queue: targets.queue,
+        targets_gpu_pct: targets.gpu_pct,
+        updated_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+    }
+}

@@ -1,0 +1,127 @@
+//! The balancer prefers idle workers; the signal follows worker telemetry and holds when blind.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{FakeWorker, TestClient, TestGateway, client, config, get, post, wait_for};
+use http::StatusCode;
+
+async fn load(c: &TestClient, url: &str, clients: usize, each: usize) {
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (c, url) = (c.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..each {
+                assert_eq!(post(&c, &url, "{}").await.status, StatusCode::OK);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_slow_worker_receives_less_traffic() {
+    let fast = FakeWorker::start("fast").await;
+    let slow = FakeWorker::start("slow").await;
+    fast.set_delay(2);
+    slow.set_delay(40);
+    let gw = TestGateway::start(config(&[&fast, &slow])).await;
+    gw.wait_ready("default", 2).await;
+    load(&client(), &format!("{}/predict", gw.url), 8, 30).await;
+    let (f, s) = (fast.predicts(), slow.predicts());
+    assert_eq!(f + s, 240);
+    assert!(f > 3 * s, "fast {f} slow {s}");
+}
+
+#[tokio::test]
+async fn a_worker_reporting_a_deep_queue_receives_less_traffic() {
+    let idle = FakeWorker::start("idle").await;
+    let busy = FakeWorker::start("busy").await;
+    idle.set_delay(3);
+    busy.set_delay(3);
+    // Other gateways keep `busy` loaded: its /v1/stats says 200 queued + in flight.
+    busy.state.reported_queue.store(200, Ordering::SeqCst);
+    let gw = TestGateway::start(config(&[&idle, &busy])).await;
+    gw.wait_ready("default", 2).await;
+    let p = gw.gw.pools.get("default").unwrap();
+    wait_for(
+        || p.endpoints().iter().all(|e| e.fresh_snapshot(Duration::from_secs(3)).is_some()),
+        "telemetry from both workers",
+    )
+    .await;
+    load(&client(), &format!("{}/predict", gw.url), 4, 40).await;
+    let (i, b) = (idle.predicts(), busy.predicts());
+    assert!(i > 5 * b.max(1), "idle {i} busy {b}");
+}
+
+fn signal_of(v: &serde_json::Value, pool: &str) -> serde_json::Value {
+    v.as_array().unwrap().iter().find(|s| s["pool"] == pool).cloned().unwrap()
+}
+
+#[tokio::test]
+async fn the_signal_follows_queue_and_gpu_in_replica_units() {
+    let a = FakeWorker::start("a").await;
+    let b = FakeWorker::start("b").await;
+    a.state.reported_queue.store(64, Ordering::SeqCst); // 2 replicas by queue
+    a.state.gpu_pct.store(35, Ordering::SeqCst); // 0.5 by GPU
+    b.state.reported_queue.store(0, Ordering::SeqCst);
+    b.state.gpu_pct.store(105, Ordering::SeqCst); // 1.5 by GPU
+    let gw = TestGateway::start(config(&[&a, &b])).await;
+    let c = client();
+    let url = format!("{}/v1/signal", gw.url);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = signal_of(&get(&c, &url).await.body, "default");
+        if (s["signal"].as_f64().unwrap() - 3.5).abs() < 1e-6 && s["stale"] == false {
+            assert_eq!(s["components"]["blind"], 0);
+            assert!((s["components"]["queue"].as_f64().unwrap() - 2.0).abs() < 1e-6);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "signal never reached 3.5: {s}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    assert!(text.contains("gateway_pool_signal{pool=\"default\"} 3.5"), "{text}");
+    assert!(text.contains("gateway_worker_gpu_utilization_pct{pool=\"default\""), "{text}");
+}
+
+#[tokio::test]
+async fn without_telemetry_routing_works_and_the_signal_is_fail_static() {
+    let a = FakeWorker::start("a").await;
+    a.state.reported_queue.store(u64::MAX, Ordering::SeqCst); // no /v1/stats at all
+    let gw = TestGateway::start(config(&[&a])).await;
+    gw.wait_ready("default", 1).await;
+    let c = client();
+    assert_eq!(post(&c, &format!("{}/predict", gw.url), "{}").await.status, StatusCode::OK);
+    let mut rx = gw.gw.pools.get("default").unwrap().signal();
+    wait_for(|| rx.borrow_and_update().components.workers == 1, "first signal with the worker").await;
+    let s = get(&c, &format!("{}/pools/default/signal", gw.url)).await.body;
+    assert!(s["signal"].as_f64().unwrap() >= 1.0, "a blind worker counts as a replica: {s}");
+    assert_eq!(s["stale"], true);
+}
+
+#[tokio::test]
+async fn stale_telemetry_holds_the_last_pressure() {
+    let a = FakeWorker::start("a").await;
+    a.state.reported_queue.store(128, Ordering::SeqCst); // pressure 4
+    let mut cfg = config(&[&a]);
+    cfg.stale_after = Duration::from_millis(300);
+    let gw = TestGateway::start(cfg).await;
+    let pool = gw.gw.pools.get("default").unwrap();
+    let mut rx = pool.signal();
+    wait_for(|| (rx.borrow_and_update().signal - 4.0).abs() < 1e-6, "signal 4").await;
+    // The worker stops reporting: after stale_after the signal is stale but still 4.
+    a.state.reported_queue.store(u64::MAX, Ordering::SeqCst);
+    wait_for(|| rx.borrow_and_update().stale, "stale flag").await;
+    let s = rx.borrow().clone();
+    assert!((s.signal - 4.0).abs() < 1e-6, "{s:?}");
+    assert_eq!(s.components.blind, 1);
+    // Telemetry comes back with an idle worker: the signal falls (slowly), no longer stale.
+    a.state.reported_queue.store(0, Ordering::SeqCst);
+    wait_for(|| !rx.borrow_and_update().stale, "fresh again").await;
+    assert!(rx.borrow().signal <= 4.0);
+}
