@@ -69,6 +69,7 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
         max_rows: config.max_batch_rows.max(1),
         max_tokens: config.max_batch_tokens.max(1),
         max_delay: config.max_queue_delay(),
+        min_fill: config.min_batch_fill(),
     };
     let load = Arc::new(Load::new(config.queue_capacity.max(1)));
     let stats = Arc::new(Stats::new(Duration::from_secs(config.stats_window_s)));
@@ -79,8 +80,14 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
 
     let (queue_tx, queue_rx) = mpsc::channel(config.queue_capacity.max(1));
     let (batch_tx, batch_rx) = mpsc::channel(1);
-    tokio::spawn(batching::task::run(batch_limits, queue_rx, batch_tx));
-    let observers = backend::runner::Observers { load: load.clone(), stats: stats.clone(), metrics: metrics.clone() };
+    let backend_load = Arc::new(batching::BackendLoad::default());
+    tokio::spawn(batching::task::run(batch_limits, queue_rx, batch_tx, backend_load.clone()));
+    let observers = backend::runner::Observers {
+        load: load.clone(),
+        stats: stats.clone(),
+        metrics: metrics.clone(),
+        backend: backend_load,
+    };
     backend::spawn(backend, batch_rx, observers).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?;
 
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());

@@ -60,7 +60,7 @@ mod tests {
     #[test]
     fn admission_is_bounded_and_counts_are_disjoint() {
         let load = Load::new(4);
-        let limits = Limits { max_rows: 2, max_tokens: 10, max_delay: Duration::ZERO };
+        let limits = Limits { max_rows: 2, max_tokens: 10, max_delay: Duration::ZERO, min_fill: 0.0 };
         let a = load.try_admit(3).expect("room for 3");
         assert!(load.try_admit(2).is_none(), "only one place left");
         let b = load.try_admit(1).expect("the last place");

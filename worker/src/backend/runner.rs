@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{Backend, InputBatch, softmax};
-use crate::batching::{Batch, Entry, Pending};
+use crate::batching::{BackendLoad, Batch, Entry, Pending};
 use crate::load::Load;
 use crate::metrics::Metrics;
 use crate::stats::Stats;
@@ -18,6 +18,17 @@ pub struct Observers {
     pub load: Arc<Load>,
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
+    /// Told when each batch is finished, so the queue can cut the next one.
+    pub backend: Arc<BackendLoad>,
+}
+
+/// Tells the queue a batch is finished on every way out of [`run_batch`].
+struct Finished<'a>(&'a BackendLoad);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.finished();
+    }
 }
 
 #[derive(Debug)]
@@ -40,6 +51,7 @@ pub fn spawn<B: Backend>(
 }
 
 fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, obs: &Observers) {
+    let _finished = Finished(&obs.backend);
     let started = Instant::now();
     let (live, gone): (Vec<_>, Vec<_>) = batch.entries.into_iter().partition(|q| !q.item.is_cancelled());
     obs.metrics.cancelled.inc_by(gone.len() as u64);

@@ -3,7 +3,9 @@
 pub mod state;
 pub mod task;
 
-use tokio::sync::oneshot;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 pub use state::{Batch, Limits, Pending, Queued, State};
@@ -31,5 +33,35 @@ impl Pending for Entry {
     }
     fn is_cancelled(&self) -> bool {
         self.respond.is_closed()
+    }
+}
+
+/// Batches handed to the backend and not yet finished, shared by the queue task and the backend
+/// thread. The queue cuts a partial batch only when this is zero.
+#[derive(Debug, Default)]
+pub struct BackendLoad {
+    pending: AtomicUsize,
+    finished: Notify,
+}
+
+impl BackendLoad {
+    /// The queue task hands a batch over.
+    pub fn handed(&self) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The backend finished a batch.
+    pub fn finished(&self) {
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+        self.finished.notify_one();
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.pending.load(Ordering::SeqCst) == 0
+    }
+
+    /// Resolves after the next [`finished`](Self::finished) (or at once if one was missed).
+    pub async fn wait_finished(&self) {
+        self.finished.notified().await;
     }
 }

@@ -4,13 +4,16 @@
 //! unit tests below drive it with explicit instants.
 //!
 //! Policy:
-//! - A batch is *ready* when the queue holds `max_rows` queries, or their tokens reach the token
-//!   budget, or the oldest query has waited `max_delay`.
+//! - A batch is *ready* when the queue holds `max_rows` queries or their tokens reach the token
+//!   budget; or, once the backend is idle, when the oldest query has waited `max_delay` for
+//!   companions. While the backend is busy a partial batch is not cut: queries arriving meanwhile
+//!   join it, and it runs the moment the backend is free (it could not run sooner anyway).
 //! - The oldest live query anchors every batch, so no query waits behind younger ones for long.
 //!   Companions are the queries closest in length to the anchor (ties to the older), which cuts
 //!   padding: a batch pads every row to its longest.
-//! - Budgets: at most `max_rows` rows, and `padded length x rows <= max_tokens` (a single query
-//!   longer than the budget still runs, alone).
+//! - Budgets: at most `max_rows` rows, `padded length x rows <= max_tokens` (a single query
+//!   longer than the budget still runs, alone), and real tokens over padded cells at least
+//!   `min_fill` (padding costs arithmetic on a CPU; on a GPU it is nearly free and `min_fill` is 0).
 //! - Queries whose client has gone are dropped when met, never run.
 
 use std::collections::BTreeMap;
@@ -33,6 +36,8 @@ pub struct Limits {
     pub max_rows: usize,
     pub max_tokens: usize,
     pub max_delay: Duration,
+    /// Least fraction of a batch's padded cells that hold real tokens, in `[0, 1]`.
+    pub min_fill: f64,
 }
 
 /// A query in the queue, with the time it arrived.
@@ -102,16 +107,16 @@ impl<T: Pending> State<T> {
         Some(self.by_len[&(len, id)].enqueued_at + self.limits.max_delay)
     }
 
-    /// A batch is full or its oldest query has waited long enough.
-    pub fn is_ready(&self, now: Instant) -> bool {
+    /// A batch is full, or the backend is idle and the oldest query has waited long enough.
+    pub fn is_ready(&self, now: Instant, backend_idle: bool) -> bool {
         self.len() >= self.limits.max_rows
             || self.tokens >= self.limits.max_tokens
-            || self.next_deadline().is_some_and(|d| now >= d)
+            || (backend_idle && self.next_deadline().is_some_and(|d| now >= d))
     }
 
     /// The next batch if one [is ready](Self::is_ready).
-    pub fn next_batch(&mut self, now: Instant) -> Option<Batch<T>> {
-        if self.is_ready(now) { self.take_batch() } else { None }
+    pub fn next_batch(&mut self, now: Instant, backend_idle: bool) -> Option<Batch<T>> {
+        if self.is_ready(now, backend_idle) { self.take_batch() } else { None }
     }
 
     /// The next batch whether or not it is ready (used to flush the queue on shutdown).
@@ -138,7 +143,7 @@ impl<T: Pending> State<T> {
 
     /// Walks outward in length from the anchor; returns the chosen keys and the cancelled ones met.
     fn select(&self, anchor: LenKey) -> (Vec<LenKey>, Vec<LenKey>) {
-        let Limits { max_rows, max_tokens, .. } = self.limits;
+        let Limits { max_rows, max_tokens, min_fill, .. } = self.limits;
         let live = |(k, q): (&LenKey, &Queued<T>)| (*k, q.item.is_cancelled());
         let mut shorter = self.by_len.range(..anchor).rev().map(live);
         let mut longer = self.by_len.range((Bound::Excluded(anchor), Bound::Unbounded)).map(live);
@@ -146,6 +151,7 @@ impl<T: Pending> State<T> {
         let mut selected = vec![anchor];
         let mut cancelled = Vec::new();
         let mut max_len = anchor.0;
+        let mut real = anchor.0;
         while selected.len() < max_rows {
             let take_longer = match (lo, hi) {
                 (None, None) => break,
@@ -161,16 +167,15 @@ impl<T: Pending> State<T> {
                 cancelled.push(key);
             } else {
                 let padded = max_len.max(key.0);
-                if padded * (selected.len() + 1) > max_tokens {
-                    if !take_longer {
-                        // Shorter rows add no padding; if even one does not fit, nothing does.
-                        break;
-                    }
-                    // Longer rows only get longer: stop looking that way (`hi` stays taken).
+                let cells = padded * (selected.len() + 1);
+                // Both limits only get worse further out on either side, so a miss ends that side.
+                if cells > max_tokens || ((real + key.0) as f64) < min_fill * cells as f64 {
+                    // The side's next candidate was taken: that side is closed.
                     continue;
                 }
                 selected.push(key);
                 max_len = padded;
+                real += key.0;
             }
             if take_longer {
                 hi = longer.next();
@@ -216,7 +221,7 @@ mod tests {
     }
 
     fn limits(max_rows: usize, max_tokens: usize, delay_ms: u64) -> Limits {
-        Limits { max_rows, max_tokens, max_delay: Duration::from_millis(delay_ms) }
+        Limits { max_rows, max_tokens, max_delay: Duration::from_millis(delay_ms), min_fill: 0.0 }
     }
 
     fn names(b: &Batch<Q>) -> Vec<&'static str> {
@@ -228,13 +233,44 @@ mod tests {
         let t0 = Instant::now();
         let mut s = State::new(limits(4, 1000, 5));
         s.push(q("a", 8), t0);
-        assert!(s.next_batch(t0).is_none());
+        assert!(s.next_batch(t0, true).is_none());
         assert_eq!(s.next_deadline(), Some(t0 + Duration::from_millis(5)));
-        assert!(s.next_batch(t0 + Duration::from_millis(4)).is_none());
-        let b = s.next_batch(t0 + Duration::from_millis(5)).expect("deadline reached");
+        assert!(s.next_batch(t0 + Duration::from_millis(4), true).is_none());
+        let b = s.next_batch(t0 + Duration::from_millis(5), true).expect("deadline reached");
         assert_eq!(names(&b), ["a"]);
         assert!(s.is_empty());
         assert_eq!(s.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_busy_backend_holds_a_partial_batch_past_the_deadline() {
+        let t0 = Instant::now();
+        let mut s = State::new(limits(4, 1000, 5));
+        s.push(q("a", 8), t0);
+        let late = t0 + Duration::from_millis(50);
+        assert!(s.next_batch(late, false).is_none(), "the backend is busy: keep gathering");
+        s.push(q("b", 8), late);
+        let b = s.next_batch(late, true).expect("idle backend, deadline passed");
+        assert_eq!(names(&b), ["a", "b"]);
+        // A full batch does not wait for the backend to be idle (it is prefetched).
+        for n in ["c", "d", "e", "f"] {
+            s.push(q(n, 8), late);
+        }
+        assert_eq!(s.next_batch(late, false).unwrap().entries.len(), 4);
+    }
+
+    #[test]
+    fn min_fill_keeps_very_different_lengths_apart() {
+        let t0 = Instant::now();
+        let mut s = State::new(Limits { min_fill: 0.75, ..limits(8, 10_000, 0) });
+        for (name, len) in [("a", 10), ("b", 11), ("c", 9), ("long", 40), ("tiny", 2)] {
+            s.push(q(name, len), t0);
+        }
+        // a, b, c fill 30 of 33 cells; adding "long" would fill 70 of 160, "tiny" 32 of 44.
+        let b = s.next_batch(t0, true).unwrap();
+        assert_eq!(names(&b), ["a", "b", "c"]);
+        assert_eq!(names(&s.next_batch(t0, true).unwrap()), ["long"]);
+        assert_eq!(names(&s.next_batch(t0, true).unwrap()), ["tiny"]);
     }
 
     #[test]
@@ -244,10 +280,10 @@ mod tests {
         for name in ["a", "b", "c", "d", "e"] {
             s.push(q(name, 5), t0);
         }
-        let b = s.next_batch(t0).expect("full");
+        let b = s.next_batch(t0, true).expect("full");
         assert_eq!(names(&b), ["a", "b", "c"]);
         // Two left: not full, deadline not reached.
-        assert!(s.next_batch(t0).is_none());
+        assert!(s.next_batch(t0, true).is_none());
         assert_eq!(s.len(), 2);
     }
 
@@ -259,7 +295,7 @@ mod tests {
         for (name, len) in [("a", 10), ("b", 10), ("c", 10), ("d", 10), ("e", 10)] {
             s.push(q(name, len), t0);
         }
-        let b = s.next_batch(t0).unwrap();
+        let b = s.next_batch(t0, true).unwrap();
         assert_eq!(names(&b), ["a", "b", "c", "d"]);
         assert_eq!(b.padded_len * b.entries.len(), 40);
 
@@ -268,11 +304,11 @@ mod tests {
         s.push(q("long", 20), t0);
         s.push(q("b", 10), t0);
         s.push(q("c", 10), t0);
-        let b = s.next_batch(t0).unwrap();
+        let b = s.next_batch(t0, true).unwrap();
         // The anchor's length peers come first; the long one would make 4 x 20 > 40.
         assert_eq!(names(&b), ["a", "b", "c"]);
         assert_eq!(b.padded_len, 10);
-        let b = s.next_batch(t0).unwrap();
+        let b = s.next_batch(t0, true).unwrap();
         assert_eq!(names(&b), ["long"]);
     }
 
@@ -282,10 +318,10 @@ mod tests {
         let mut s = State::new(limits(8, 16, 0));
         s.push(q("huge", 64), t0);
         s.push(q("small", 4), t0);
-        let b = s.next_batch(t0).unwrap();
+        let b = s.next_batch(t0, true).unwrap();
         assert_eq!(names(&b), ["huge"]);
         assert_eq!(b.padded_len, 64);
-        assert_eq!(names(&s.next_batch(t0).unwrap()), ["small"]);
+        assert_eq!(names(&s.next_batch(t0, true).unwrap()), ["small"]);
     }
 
     #[test]
@@ -295,12 +331,12 @@ mod tests {
         for (name, len) in [("old12", 12), ("l40", 40), ("l11", 11), ("l3", 3), ("l13", 13), ("l64", 64)] {
             s.push(q(name, len), t0);
         }
-        let b = s.next_batch(t0).unwrap();
+        let b = s.next_batch(t0, true).unwrap();
         // The oldest anchors; its nearest lengths join; output in arrival order.
         assert_eq!(names(&b), ["old12", "l11", "l13"]);
         assert_eq!(b.padded_len, 13);
         // Next anchor is the oldest remaining (l40), with its nearest neighbours.
-        let b = s.next_batch(t0).unwrap();
+        let b = s.next_batch(t0, true).unwrap();
         assert_eq!(names(&b), ["l40", "l3", "l64"]);
     }
 
@@ -313,7 +349,7 @@ mod tests {
             s.push(q("x", 5 + i), t0);
         }
         // The oldest runs first even though everyone else is shorter.
-        let b = s.next_batch(t0).unwrap();
+        let b = s.next_batch(t0, true).unwrap();
         assert_eq!(b.entries[0].item.name, "outlier");
     }
 
@@ -329,7 +365,7 @@ mod tests {
         }
         a.gone.store(true, Ordering::Relaxed);
         c.gone.store(true, Ordering::Relaxed);
-        let batch = s.next_batch(t0).unwrap();
+        let batch = s.next_batch(t0, true).unwrap();
         assert_eq!(names(&batch), ["b"]);
         assert_eq!(s.cancelled_total(), 2);
         assert!(s.is_empty());
@@ -338,7 +374,7 @@ mod tests {
         let d = q("d", 5);
         s.push(d.clone(), t0);
         d.gone.store(true, Ordering::Relaxed);
-        assert!(s.next_batch(t0).is_none());
+        assert!(s.next_batch(t0, true).is_none());
         assert_eq!(s.cancelled_total(), 3);
         assert!(s.is_empty());
     }
@@ -348,7 +384,7 @@ mod tests {
         let t0 = Instant::now();
         let mut s = State::new(limits(4, 1000, 60_000));
         s.push(q("a", 5), t0);
-        assert!(s.next_batch(t0).is_none());
+        assert!(s.next_batch(t0, true).is_none());
         assert_eq!(names(&s.take_batch().unwrap()), ["a"]);
         assert!(s.take_batch().is_none());
     }
@@ -359,11 +395,11 @@ mod tests {
         let mut s = State::new(limits(100, 30, 60_000));
         s.push(q("a", 10), t0);
         s.push(q("b", 10), t0);
-        assert!(!s.is_ready(t0));
+        assert!(!s.is_ready(t0, true));
         s.push(q("c", 10), t0);
-        assert!(s.is_ready(t0), "30 tokens queued fill the budget");
-        let b = s.next_batch(t0).unwrap();
+        assert!(s.is_ready(t0, true), "30 tokens queued fill the budget");
+        let b = s.next_batch(t0, true).unwrap();
         assert_eq!(b.entries.len(), 3);
-        assert!(!s.is_ready(t0));
+        assert!(!s.is_ready(t0, true));
     }
 }

@@ -1,16 +1,25 @@
 //! The thin async loop around [`State`]: receives tokenized queries, hands ready batches to the
-//! backend through a channel of one slot (exactly one batch prefetched).
+//! backend through a channel of one slot (at most one batch prefetched).
 //!
-//! The slot is reserved *before* a batch is formed, so a batch is cut as late as possible, with
-//! every query that arrived while the backend was busy.
+//! The slot is reserved *before* a batch is formed, and while the backend is busy only a full
+//! batch is cut: a batch is cut as late as possible, with every query that arrived while the
+//! backend was busy. When the backend finishes it says so ([`BackendLoad`]) and the waiting
+//! queries leave at once.
+
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
-use super::{Batch, Limits, Pending, State};
+use super::{BackendLoad, Batch, Limits, Pending, State};
 
 /// Runs until the sender side of `rx` is dropped and the queue is flushed, or the backend is gone.
-pub async fn run<T: Pending + Send>(limits: Limits, mut rx: mpsc::Receiver<T>, tx: mpsc::Sender<Batch<T>>) -> u64 {
+pub async fn run<T: Pending + Send>(
+    limits: Limits,
+    mut rx: mpsc::Receiver<T>,
+    tx: mpsc::Sender<Batch<T>>,
+    backend: Arc<BackendLoad>,
+) -> u64 {
     let mut state = State::new(limits);
     'outer: loop {
         let permit = loop {
@@ -30,22 +39,26 @@ pub async fn run<T: Pending + Send>(limits: Limits, mut rx: mpsc::Receiver<T>, t
             while let Ok(item) = rx.try_recv() {
                 state.push(item, Instant::now());
             }
-            if let Some(batch) = state.next_batch(Instant::now()) {
+            let idle = backend.is_idle();
+            if let Some(batch) = state.next_batch(Instant::now(), idle) {
                 break batch;
             }
-            let deadline = state.next_deadline();
+            let deadline = state.next_deadline().filter(|_| idle);
             tokio::select! {
                 item = rx.recv() => match item {
                     Some(item) => state.push(item, Instant::now()),
                     None => break 'outer,
                 },
                 () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
+                () = backend.wait_finished(), if !idle => {}
             }
         };
+        backend.handed();
         permit.send(batch);
     }
     // No more producers: run what is queued without waiting for companions.
     while let Some(batch) = state.take_batch() {
+        backend.handed();
         if tx.send(batch).await.is_err() {
             break;
         }
@@ -55,6 +68,7 @@ pub async fn run<T: Pending + Send>(limits: Limits, mut rx: mpsc::Receiver<T>, t
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use super::*;
@@ -71,14 +85,18 @@ mod tests {
     }
 
     fn limits(max_rows: usize, delay_ms: u64) -> Limits {
-        Limits { max_rows, max_tokens: 10_000, max_delay: Duration::from_millis(delay_ms) }
+        Limits { max_rows, max_tokens: 10_000, max_delay: Duration::from_millis(delay_ms), min_fill: 0.0 }
+    }
+
+    fn idle() -> Arc<BackendLoad> {
+        Arc::default()
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_lone_query_runs_after_the_queue_delay() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        tokio::spawn(run(limits(8, 10), in_rx, out_tx));
+        tokio::spawn(run(limits(8, 10), in_rx, out_tx, idle()));
         let t0 = Instant::now();
         in_tx.send(Q(3)).await.unwrap();
         let batch = out_rx.recv().await.unwrap();
@@ -90,7 +108,7 @@ mod tests {
     async fn a_full_batch_does_not_wait() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        tokio::spawn(run(limits(4, 1000), in_rx, out_tx));
+        tokio::spawn(run(limits(4, 1000), in_rx, out_tx, idle()));
         let t0 = Instant::now();
         for _ in 0..4 {
             in_tx.send(Q(3)).await.unwrap();
@@ -101,27 +119,46 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn queries_arriving_while_the_backend_is_busy_join_one_batch() {
+    async fn queries_arriving_while_the_backend_is_busy_leave_together_when_it_finishes() {
         let (in_tx, in_rx) = mpsc::channel(64);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        tokio::spawn(run(limits(32, 1), in_rx, out_tx));
+        let backend = idle();
+        tokio::spawn(run(limits(32, 1), in_rx, out_tx, backend.clone()));
         in_tx.send(Q(3)).await.unwrap();
-        // The first batch fills the slot; the backend has not taken it.
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // The backend takes the first batch and works on it for 50 ms.
+        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
         for _ in 0..10 {
             in_tx.send(Q(3)).await.unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Past their 1 ms delay, but the backend is busy: nothing is cut yet.
+        assert!(out_rx.try_recv().is_err());
+        let finished_at = Instant::now();
+        backend.finished();
+        let batch = out_rx.recv().await.unwrap();
+        assert_eq!(batch.entries.len(), 10, "all ten leave together");
+        assert_eq!(Instant::now(), finished_at, "at once when the backend is free");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_is_prefetched_while_the_backend_is_busy() {
+        let (in_tx, in_rx) = mpsc::channel(64);
+        let (out_tx, mut out_rx) = mpsc::channel(1);
+        tokio::spawn(run(limits(4, 1), in_rx, out_tx, idle()));
+        in_tx.send(Q(3)).await.unwrap();
         assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
-        // Those ten waited behind the full slot and leave together.
-        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 10);
+        for _ in 0..4 {
+            in_tx.send(Q(3)).await.unwrap();
+        }
+        // Busy backend (never finished), yet four queries make a full batch.
+        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 4);
     }
 
     #[tokio::test(start_paused = true)]
     async fn closing_the_input_flushes_the_queue_at_once() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        let task = tokio::spawn(run(limits(8, 60_000), in_rx, out_tx));
+        let task = tokio::spawn(run(limits(8, 60_000), in_rx, out_tx, idle()));
         in_tx.send(Q(3)).await.unwrap();
         in_tx.send(Q(4)).await.unwrap();
         drop(in_tx);
