@@ -12,7 +12,7 @@
 #                                per server before the sweep)
 #   THREADS [1]                  ONNX Runtime intra-op threads, both servers
 #   SERVER_CPU [1], LOAD_CPU [0] cores for the server under test and for wrk (taskset -c)
-#   MAX_BATCH_ROWS [32], MAX_QUEUE_DELAY_MS [1]   the worker's dynamic batching
+#   MAX_BATCH_ROWS [32], MAX_QUEUE_DELAY_MS [0]   the worker's dynamic batching (0: no waiting while idle)
 #   PY_HANDLER [sync]            the baseline's FastAPI endpoint style (see server.py)
 #   MODEL_DIR [models/snips-minilm-l6]
 #   WORKER_BIN [unset]           a prebuilt worker binary; unset: `cargo build --release -p worker`
@@ -32,7 +32,7 @@ THREADS=${THREADS:-1}
 SERVER_CPU=${SERVER_CPU:-1}
 LOAD_CPU=${LOAD_CPU:-0}
 MAX_BATCH_ROWS=${MAX_BATCH_ROWS:-32}
-MAX_QUEUE_DELAY_MS=${MAX_QUEUE_DELAY_MS:-1}
+MAX_QUEUE_DELAY_MS=${MAX_QUEUE_DELAY_MS:-0}
 PY_HANDLER=${PY_HANDLER:-sync}
 MODEL_DIR=${MODEL_DIR:-models/snips-minilm-l6}
 
