@@ -74,7 +74,8 @@ echo
 echo "== load steps through the gateway (the signal is in replicas: how many the load needs at target)"
 signal
 for c in 1 8 32; do
-  "$bin/loadtest" --url "$gw" --concurrency "$c" --duration-s "$step_s" --warmup-s 0.5 | tail -n 1
+  # The first step prints the table's header too.
+  "$bin/loadtest" --url "$gw" --concurrency "$c" --duration-s "$step_s" --warmup-s 0.5 | { [ "$c" = 1 ] && cat || tail -n 1; }
   signal
 done
 
