@@ -5,6 +5,8 @@
 # /v1/stats (NVML device utilization, process SM utilization, backend busy fraction, batch rows).
 # Ends with the int8 model on the CPU execution provider of the same machine, for reference.
 #
+# Then the gateway in front of one GPU worker: load through it while reading its scaling signal.
+#
 #   bash run.sh APP_DIR MODEL_DIR OUT_DIR
 set -euo pipefail
 app=${1:?app dir}; model=${2:?model dir}; out=${3:?out dir}
@@ -76,8 +78,40 @@ bench() { # name, concurrencies, worker args...
   kill -TERM $wpid; wait $wpid; echo "worker $name exit: $?"
 }
 
+via_gateway() { # concurrencies
+  start_worker gw-worker --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
+    --queue-capacity 8192
+  local waddr=$addr wp=$wpid
+  start_gateway
+  echo "== gateway $gaddr -> worker $waddr (cuda:0)"
+  IFS=, read -ra cs <<<"$1"
+  for c in "${cs[@]}"; do
+    (sleep 6; printf '{"concurrency":%s,"signal":%s}\n' "$c" "$(curl -s "$gaddr/v1/signal")" >>"$out/signals.jsonl") &
+    local sampler=$!
+    "$app/loadtest" --url "$gaddr" --concurrency "$c" --duration-s "$dur" --warmup-s 2 --json | tee -a "$out/gateway.jsonl"
+    wait $sampler
+    tail -n 1 "$out/signals.jsonl"
+  done
+  curl -s "$gaddr/v1/pools" >"$out/pools.json"
+  curl -s "$gaddr/metrics" | grep -E '^gateway_(pool_signal|worker_gpu|worker_queue|worker_pressure)' | head -20
+  kill -TERM $gp $wp; wait $gp $wp 2>/dev/null || true
+}
+
+start_gateway() {
+  "$app/gateway" --listen 127.0.0.1:0 --worker "$waddr" --stats-interval 250ms >"$out/gateway.stdout" 2>"$out/gateway.stderr" &
+  gp=$!
+  for _ in $(seq 1 100); do
+    gaddr=$(sed -n 's/^listening on //p' "$out/gateway.stdout")
+    [ -n "$gaddr" ] && return 0
+    sleep 0.1
+  done
+  echo "gateway did not start"; cat "$out/gateway.stderr"; return 1
+}
+
+if [ "${ONLY_GATEWAY:-0}" = 1 ]; then via_gateway "${GATEWAY_CONCURRENCY:-32,512}"; exit 0; fi
 bench gpu-fp16 "$conc" --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
   --max-queue-delay-ms 1 --queue-capacity 8192
 if [ -f "$model/../int8/model.onnx" ]; then
   bench cpu-int8 64 --model "$model/../int8" --device cpu --max-batch-rows 32 --max-queue-delay-ms 1
 fi
+via_gateway "${GATEWAY_CONCURRENCY:-32,512}"
