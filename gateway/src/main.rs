@@ -5,6 +5,12 @@ use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of glibc malloc: every proxied request allocates and frees a few dozen small
+/// blocks (headers, buffers, futures); glibc's malloc/free were ~10 % of the gateway's user CPU
+/// time on the proxy path.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let config = gateway::Config::parse();
     let filter = EnvFilter::try_new(&config.log).context("bad --log filter")?;
