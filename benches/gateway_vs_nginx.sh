@@ -8,7 +8,8 @@
 # upstream (single-threaded hyper) share LOAD_CORE (default 0). Both proxies get exactly the
 # same cores, the same upstream and the same load: nginx runs one worker process per proxy
 # core, the gateway sizes its runtime from its affinity mask (one core: a single-threaded
-# runtime). Both keep a keep-alive pool to the upstream. "direct" is wrk straight to the
+# runtime); no `worker_cpu_affinity auto` for nginx: it ignores the taskset mask and binds
+# worker 0 to CPU 0, i.e. onto the load core (the script checks the workers' masks). Both keep a keep-alive pool to the upstream. "direct" is wrk straight to the
 # upstream (no proxy). Two loads: LIGHT_CONN connections (latency: the proxy is far from
 # saturated) and HEAVY_CONN connections (maximum throughput; latency there is mostly queueing).
 # Each round runs direct, nginx and gateway back to back (interleaved, so that a disturbance
@@ -34,6 +35,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 cargo build -q --release -p gateway --bin gateway --example trivial_upstream
 bin=$CARGO_TARGET_DIR/release
+GATEWAY_BIN=${GATEWAY_BIN:-$bin/gateway}   # another build of the gateway, for before/after
 
 out=$(mktemp -d)
 pids=()
@@ -55,14 +57,13 @@ start() {
 
 start "$out/upstream.log" taskset -c "$LOAD_CORE" "$bin/examples/trivial_upstream" 127.0.0.1:0
 upstream=$addr
-start "$out/gateway.log" taskset -c "$PROXY_CORE" "$bin/gateway" --listen 127.0.0.1:0 --worker "http://$upstream" --log warn
+start "$out/gateway.log" taskset -c "$PROXY_CORE" "$GATEWAY_BIN" --listen 127.0.0.1:0 --worker "http://$upstream" --log warn
 gateway=$addr
 
 proxy_cores=$(taskset -c "$PROXY_CORE" python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
 nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat >"$out/nginx.conf" <<CONF
 worker_processes $proxy_cores;
-worker_cpu_affinity auto;
 daemon off;
 pid $out/nginx.pid;
 error_log $out/nginx.err warn;
@@ -84,6 +85,12 @@ taskset -c "$PROXY_CORE" "$NGINX" -c "$out/nginx.conf" -e "$out/nginx.err" &
 pids+=($!)
 for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$nginx_port/predict" >/dev/null 2>&1 && break; sleep 0.05; done
 for _ in $(seq 1 100); do curl -fs "http://$gateway/predict?query=hi" >/dev/null 2>&1 && break; sleep 0.05; done
+# Every proxy process must be on the proxy cores only.
+want=$(taskset -c "$PROXY_CORE" sh -c 'taskset -p $$' | awk '{print $NF}')
+for p in $(pgrep -f "nginx: worker process" -P "$(cat "$out/nginx.pid")") "${pids[1]}"; do
+  got=$(taskset -p "$p" | awk '{print $NF}')
+  [ "$got" = "$want" ] || { echo "process $p has CPU mask $got, not $want" >&2; exit 1; }
+done
 
 # wrk -> "rps p50_ms p99_ms errors"
 measure() {
