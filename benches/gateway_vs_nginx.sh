@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Gateway vs nginx as a reverse proxy in front of the same trivial upstream, in one run.
 #
-#   benches/gateway_vs_nginx.sh            # DURATION=10s LIGHT_CONN=4 HEAVY_CONN=64 by default
+#   benches/gateway_vs_nginx.sh   # DURATION=10s REPEAT=3 LIGHT_CONN=4 HEAVY_CONN=64 by default
 #
-# Pinning (this machine has 2 cores): the proxy under test (gateway or nginx, one worker
-# process / one runtime thread) runs alone on core 1; the load generator (wrk, 1 thread) and the
-# upstream (single-threaded hyper) share core 0. Both proxies get exactly the same core, the
-# same upstream and the same load. "direct" is wrk straight to the upstream (no proxy).
-# Two loads: LIGHT_CONN connections (latency: the proxy is far from saturated) and HEAVY_CONN
-# connections (maximum throughput; latency there is mostly queueing).
+# Pinning (this machine has 2 cores): the proxy under test runs alone on PROXY_CORE (default
+# core 1; a taskset list such as 2-3 also works); the load generator (wrk, 1 thread) and the
+# upstream (single-threaded hyper) share LOAD_CORE (default 0). Both proxies get exactly the
+# same cores, the same upstream and the same load: nginx runs one worker process per proxy
+# core, the gateway sizes its runtime from its affinity mask (one core: a single-threaded
+# runtime); no `worker_cpu_affinity auto` for nginx: it ignores the taskset mask and binds
+# worker 0 to CPU 0, i.e. onto the load core (the script checks the workers' masks). Both keep a keep-alive pool to the upstream. "direct" is wrk straight to the
+# upstream (no proxy). Two loads: LIGHT_CONN connections (latency: the proxy is far from
+# saturated) and HEAVY_CONN connections (maximum throughput; latency there is mostly queueing).
+# Each round runs direct, nginx and gateway back to back (interleaved, so that a disturbance
+# from a neighbour hits both proxies alike); each cell is the median over REPEAT rounds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 DURATION=${DURATION:-10s}
+REPEAT=${REPEAT:-3}
 LIGHT_CONN=${LIGHT_CONN:-4}
 HEAVY_CONN=${HEAVY_CONN:-64}
 PROXY_CORE=${PROXY_CORE:-1}
@@ -29,6 +35,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 cargo build -q --release -p gateway --bin gateway --example trivial_upstream
 bin=$CARGO_TARGET_DIR/release
+GATEWAY_BIN=${GATEWAY_BIN:-$bin/gateway}   # another build of the gateway, for before/after
 
 out=$(mktemp -d)
 pids=()
@@ -50,13 +57,13 @@ start() {
 
 start "$out/upstream.log" taskset -c "$LOAD_CORE" "$bin/examples/trivial_upstream" 127.0.0.1:0
 upstream=$addr
-start "$out/gateway.log" taskset -c "$PROXY_CORE" "$bin/gateway" --listen 127.0.0.1:0 --worker "http://$upstream" --log warn
+start "$out/gateway.log" taskset -c "$PROXY_CORE" "$GATEWAY_BIN" --listen 127.0.0.1:0 --worker "http://$upstream" --log warn
 gateway=$addr
 
+proxy_cores=$(taskset -c "$PROXY_CORE" python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
 nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat >"$out/nginx.conf" <<CONF
-worker_processes 1;
-worker_cpu_affinity auto;
+worker_processes $proxy_cores;
 daemon off;
 pid $out/nginx.pid;
 error_log $out/nginx.err warn;
@@ -78,6 +85,12 @@ taskset -c "$PROXY_CORE" "$NGINX" -c "$out/nginx.conf" -e "$out/nginx.err" &
 pids+=($!)
 for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$nginx_port/predict" >/dev/null 2>&1 && break; sleep 0.05; done
 for _ in $(seq 1 100); do curl -fs "http://$gateway/predict?query=hi" >/dev/null 2>&1 && break; sleep 0.05; done
+# Every proxy process must be on the proxy cores only.
+want=$(taskset -c "$PROXY_CORE" sh -c 'taskset -p $$' | awk '{print $NF}')
+for p in $(pgrep -f "nginx: worker process" -P "$(cat "$out/nginx.pid")") "${pids[1]}"; do
+  got=$(taskset -p "$p" | awk '{print $NF}')
+  [ "$got" = "$want" ] || { echo "process $p has CPU mask $got, not $want" >&2; exit 1; }
+done
 
 # wrk -> "rps p50_ms p99_ms errors"
 measure() {
@@ -95,21 +108,40 @@ print(f"{rps:.0f} {p['50']:.3f} {p['99']:.3f} {err}")
 PY
 }
 
+# Median over rounds of each figure of one cell.
+median() {
+  python3 -c '
+import statistics, sys
+rows = [list(map(float, r.split())) for r in sys.argv[1:]]
+print(" ".join(f"{statistics.median(c):.3f}" for c in zip(*rows)))' "$@"
+}
+
+load_before=$(cut -d" " -f1-3 /proc/loadavg)
 declare -A R
 for load in light heavy; do
   conns=$LIGHT_CONN; [ $load = heavy ] && conns=$HEAVY_CONN
-  R[direct_$load]=$(measure "http://$upstream/predict?query=hello" "$conns")
-  R[nginx_$load]=$(measure "http://127.0.0.1:$nginx_port/predict?query=hello" "$conns")
-  R[gateway_$load]=$(measure "http://$gateway/predict?query=hello" "$conns")
+  d=(); n=(); g=()
+  for _ in $(seq 1 "$REPEAT"); do
+    d+=("$(measure "http://$upstream/predict?query=hello" "$conns")")
+    n+=("$(measure "http://127.0.0.1:$nginx_port/predict?query=hello" "$conns")")
+    g+=("$(measure "http://$gateway/predict?query=hello" "$conns")")
+  done
+  R[direct_$load]=$(median "${d[@]}")
+  R[nginx_$load]=$(median "${n[@]}")
+  R[gateway_$load]=$(median "${g[@]}")
 done
+load_after=$(cut -d" " -f1-3 /proc/loadavg)
 
 python3 - "${R[direct_light]}" "${R[nginx_light]}" "${R[gateway_light]}" \
-  "${R[direct_heavy]}" "${R[nginx_heavy]}" "${R[gateway_heavy]}" "$LIGHT_CONN" "$HEAVY_CONN" "$DURATION" <<'PY'
+  "${R[direct_heavy]}" "${R[nginx_heavy]}" "${R[gateway_heavy]}" "$LIGHT_CONN" "$HEAVY_CONN" "$DURATION" \
+  "$REPEAT" "$proxy_cores" "$load_before" "$load_after" <<'PY'
 import sys
 rows = [list(map(float, a.split())) for a in sys.argv[1:7]]
-light, heavy, dur = sys.argv[7], sys.argv[8], sys.argv[9]
+light, heavy, dur, rep, cores, lb, la = sys.argv[7:14]
 names = ["direct", "nginx", "gateway"]
-print(f"wrk -t1, {dur} per cell; proxy alone on one core, wrk + upstream on the other")
+print(f"wrk -t1, {dur} per cell, median of {rep} interleaved rounds; proxy alone on {cores} core(s),"
+      f" wrk + upstream on another")
+print(f"load average (1/5/15 min) before: {lb}, after: {la}")
 for title, block, c in (("light load", rows[0:3], light), ("max throughput", rows[3:6], heavy)):
     d = block[0]
     print(f"\n{title} ({c} connections)")
@@ -119,5 +151,6 @@ for title, block, c in (("light load", rows[0:3], light), ("max throughput", row
         add99 = "" if n == "direct" else f"{r[2]-d[2]:8.3f}"
         print(f"{n:8} {r[0]:9.0f} {r[1]:8.3f} {r[2]:8.3f} {add50:>8} {add99:>8} {int(r[3]):6d}")
     g, n = block[2], block[1]
-    print(f"gateway/nginx: throughput x{g[0]/n[0]:.2f}, p50 x{g[1]/n[1]:.2f}, p99 x{g[2]/n[2]:.2f}")
+    print(f"gateway/nginx: throughput x{g[0]/n[0]:.2f}, p50 x{g[1]/n[1]:.2f}, p99 x{g[2]/n[2]:.2f}"
+          f"  (per proxy core: nginx {n[0]/int(cores):.0f} req/s, gateway {g[0]/int(cores):.0f} req/s)")
 PY

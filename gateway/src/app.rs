@@ -10,8 +10,10 @@ use axum::extract::{Path, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use http::uri::PathAndQuery;
 use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
+use hyper::body::Body as HttpBody;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -81,24 +83,42 @@ pub fn metrics_app(state: AppState) -> Router {
 /// Bounded admission: at most `--max-outstanding` requests inside the gateway; beyond it 429
 /// with `Retry-After`, at once.
 async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    match Arc::clone(&state.admission).try_acquire_owned() {
+    match state.admission.try_acquire() {
         Ok(_permit) => {
             let _counted = Outstanding::new(&state.pools.ctx().metrics.outstanding);
             next.run(req).await
         }
-        Err(_) => {
-            let ctx = state.pools.ctx();
-            ctx.metrics.admission_rejected.inc();
-            ctx.metrics
-                .requests
-                .get_or_create(&RequestLabels {
-                    pool: String::new(),
-                    worker: "none".to_owned(),
-                    outcome: wire::ErrorType::Overloaded.as_str().to_owned(),
-                })
-                .inc();
-            GatewayError::Overloaded { retry_after_s: ctx.config.retry_after_s }.into_response()
+        Err(_) => overloaded(&state),
+    }
+}
+
+fn overloaded(state: &AppState) -> Response {
+    let ctx = state.pools.ctx();
+    ctx.metrics.admission_rejected.inc();
+    ctx.metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            pool: String::new(),
+            worker: "none".to_owned(),
+            outcome: wire::ErrorType::Overloaded.as_str().to_owned(),
+        })
+        .inc();
+    GatewayError::Overloaded { retry_after_s: ctx.config.retry_after_s }.into_response()
+}
+
+/// `GET`/`POST /predict` with admission, as the router's route and `admit` do it, for the
+/// listener's fast path (`server`), which skips the router.
+pub(crate) async fn predict_default_admitted<B>(state: &AppState, req: http::Request<B>) -> Response
+where
+    B: HttpBody<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    match state.admission.try_acquire() {
+        Ok(_permit) => {
+            let _counted = Outstanding::new(&state.pools.ctx().metrics.outstanding);
+            predict(state, state.default_pool(), req).await
         }
+        Err(_) => overloaded(state),
     }
 }
 
@@ -119,15 +139,18 @@ impl Drop for Outstanding<'_> {
 }
 
 async fn predict_default(State(state): State<AppState>, req: Request) -> Response {
-    let pool = state.default_pool().to_owned();
-    predict(&state, &pool, req).await
+    predict(&state, state.default_pool(), req).await
 }
 
 async fn predict_pool(State(state): State<AppState>, Path(pool): Path<String>, req: Request) -> Response {
     predict(&state, &pool, req).await
 }
 
-async fn predict(state: &AppState, pool_name: &str, req: Request) -> Response {
+async fn predict<B>(state: &AppState, pool_name: &str, req: http::Request<B>) -> Response
+where
+    B: HttpBody<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let Some(pool) = state.pools.get(pool_name) else {
         return GatewayError::UnknownPool(pool_name.to_owned()).into_response();
     };
@@ -138,11 +161,23 @@ async fn predict(state: &AppState, pool_name: &str, req: Request) -> Response {
 }
 
 /// Buffer the client's request (bounded), keeping what the worker needs.
-async fn incoming(req: Request, max_body: usize) -> Result<Incoming, GatewayError> {
+async fn incoming<B>(req: http::Request<B>, max_body: usize) -> Result<Incoming, GatewayError>
+where
+    B: HttpBody<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let (parts, body) = req.into_parts();
-    let path_and_query = match parts.uri.query() {
-        Some(q) => format!("/predict?{q}"),
-        None => "/predict".to_owned(),
+    // `/predict?...` is forwarded as it came (a cheap clone of the parsed URI's bytes); other
+    // routes (`/pools/{pool}/predict`) become `/predict` with the same query.
+    let path_and_query = match parts.uri.path_and_query() {
+        Some(pq) if pq.path() == "/predict" => pq.clone(),
+        _ => {
+            let pq = match parts.uri.query() {
+                Some(q) => format!("/predict?{q}"),
+                None => "/predict".to_owned(),
+            };
+            PathAndQuery::try_from(pq).map_err(|e| GatewayError::InvalidRequest(format!("bad path: {e}")))?
+        }
     };
     let body = if parts.method == Method::GET {
         bytes::Bytes::new()

@@ -22,6 +22,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v * scale))
 }
 
+/// Runtime worker threads for `--threads`: the given number, or with 0 the CPUs this process may
+/// run on (`available_parallelism` honours the affinity mask and cgroup quotas).
+pub fn runtime_threads(threads: usize) -> usize {
+    if threads > 0 {
+        return threads;
+    }
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
 /// The gateway: p2c balancing over GPU workers, discovery, and the pool scaling signal.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "gateway", version, about)]
@@ -136,6 +145,12 @@ pub struct Config {
     /// Idle pooled connections kept per worker.
     #[arg(long, env = "GATEWAY_POOL_MAX_IDLE", default_value_t = 256)]
     pub pool_max_idle_per_host: usize,
+
+    /// Runtime worker threads; 0 = the CPUs this process may run on (its affinity mask, e.g.
+    /// under `taskset` or a cgroup cpuset). With one thread the gateway runs a single-threaded
+    /// runtime: a work-stealing runtime gains nothing on one core and costs cross-thread wakeups.
+    #[arg(long, env = "GATEWAY_THREADS", default_value_t = 0)]
+    pub threads: usize,
 
     /// Log filter (`tracing` env-filter syntax).
     #[arg(long, env = "RUST_LOG", default_value = "info")]

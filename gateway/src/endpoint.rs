@@ -156,13 +156,14 @@ impl Endpoint {
         })
     }
 
-    /// The URI of `path_and_query` on this worker.
-    pub fn uri(&self, path_and_query: &str) -> Result<Uri, http::Error> {
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(path_and_query)
-            .build()
+    /// The URI of `path_and_query` on this worker (no parsing: the parts are cheap clones).
+    pub fn uri(&self, path_and_query: &http::uri::PathAndQuery) -> Uri {
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(path_and_query.clone());
+        // Scheme, authority and path are all set: `from_parts` cannot fail.
+        Uri::from_parts(parts).unwrap_or_default()
     }
 
     pub fn health(&self) -> Health {
@@ -306,7 +307,10 @@ mod tests {
     #[test]
     fn urls_are_normalised_and_checked() {
         assert_eq!(ep().url, "http://127.0.0.1:9");
-        assert_eq!(ep().uri("/predict?query=a").unwrap().to_string(), "http://127.0.0.1:9/predict?query=a");
+        assert_eq!(
+            ep().uri(&http::uri::PathAndQuery::from_static("/predict?query=a")).to_string(),
+            "http://127.0.0.1:9/predict?query=a"
+        );
         assert!(parse_base_url("https://x").is_err());
         assert!(parse_base_url("10.0.0.1:80").is_err());
     }

@@ -17,12 +17,12 @@ pub mod metrics;
 pub mod monitor;
 pub mod pool;
 pub mod proxy;
+pub mod server;
 pub mod signal;
 pub mod signal_task;
 
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 pub use app::{AppState, app, metrics_app};
@@ -98,12 +98,7 @@ pub async fn run(config: Config) -> Result<(), GatewayError> {
             }
         });
     }
-    // Small JSON answers on keep-alive connections: without TCP_NODELAY, Nagle and delayed ACKs
-    // add tens of milliseconds under load.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown()).await?;
+    server::serve(listener, state, shutdown()).await?;
     tracing::info!("gateway stopped");
     Ok(())
 }

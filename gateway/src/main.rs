@@ -5,8 +5,13 @@ use anyhow::Context;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// mimalloc instead of glibc malloc: every proxied request allocates and frees a few dozen small
+/// blocks (headers, buffers, futures); glibc's malloc/free were ~10 % of the gateway's user CPU
+/// time on the proxy path.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> anyhow::Result<()> {
     let config = gateway::Config::parse();
     let filter = EnvFilter::try_new(&config.log).context("bad --log filter")?;
     let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
@@ -15,5 +20,15 @@ async fn main() -> anyhow::Result<()> {
     } else {
         fmt.init();
     }
-    gateway::run(config).await.context("gateway failed")
+    let threads = gateway::config::runtime_threads(config.threads);
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    let runtime = builder.enable_all().build().context("starting the runtime")?;
+    tracing::debug!(threads, "runtime started");
+    runtime.block_on(gateway::run(config)).context("gateway failed")
 }

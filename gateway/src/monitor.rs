@@ -93,8 +93,8 @@ enum Poll {
 }
 
 /// A GET with the stats timeout.
-async fn get(ctx: &Ctx, ep: &Endpoint, path: &str) -> Poll {
-    let Ok(uri) = ep.uri(path) else { return Poll::Unreachable };
+async fn get(ctx: &Ctx, ep: &Endpoint, path: &'static str) -> Poll {
+    let uri = ep.uri(&http::uri::PathAndQuery::from_static(path));
     let Ok(req) = Request::builder().method(Method::GET).uri(uri).body(Full::new(Bytes::new())) else {
         return Poll::Unreachable;
     };

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use tokio::time::Instant;
@@ -32,7 +33,7 @@ const MAX_RESPONSE_BYTES: usize = 8 << 20;
 pub struct Incoming {
     pub method: Method,
     /// Path and query sent to the worker, e.g. `/predict?query=hi`.
-    pub path_and_query: String,
+    pub path_and_query: PathAndQuery,
     pub content_type: Option<HeaderValue>,
     pub body: Bytes,
 }
@@ -116,19 +117,12 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
     let ctx = pool.ctx();
     let cfg = &ctx.config;
     let _in_flight = ep.start();
-    let uri = match ep.uri(&req.path_and_query) {
-        Ok(u) => u,
-        Err(e) => {
-            return Attempt::Answer(GatewayError::InvalidRequest(format!("bad path: {e}")).into_response());
-        }
-    };
-    let mut builder = Request::builder().method(req.method.clone()).uri(uri);
+    let mut upstream_req = Request::new(Full::new(req.body.clone()));
+    *upstream_req.method_mut() = req.method.clone();
+    *upstream_req.uri_mut() = ep.uri(&req.path_and_query);
     if let Some(ct) = &req.content_type {
-        builder = builder.header(header::CONTENT_TYPE, ct.clone());
+        upstream_req.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
     }
-    let Ok(upstream_req) = builder.body(Full::new(req.body.clone())) else {
-        return Attempt::Answer(GatewayError::InvalidRequest("bad request".into()).into_response());
-    };
     let sent = Instant::now();
     let exchange = async {
         let resp = ctx.client.request(upstream_req).await.map_err(|e| (e.is_connect(), e.to_string()))?;

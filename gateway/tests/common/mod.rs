@@ -213,7 +213,8 @@ pub fn config(workers: &[&FakeWorker]) -> gateway::Config {
     c
 }
 
-/// A gateway served in-process on 127.0.0.1:0.
+/// A gateway served in-process on 127.0.0.1:0, by the same listener as the binary
+/// (`gateway::server::serve`: the `/predict` fast path, the router for the rest).
 pub struct TestGateway {
     pub url: String,
     pub gw: gateway::Gateway,
@@ -229,11 +230,11 @@ impl Drop for TestGateway {
 impl TestGateway {
     pub async fn start(config: gateway::Config) -> Self {
         let gw = gateway::build(config).await.unwrap();
-        let router = gateway::app(gw.state());
+        let state = gw.state();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
+            let _ = gateway::server::serve(listener, state, std::future::pending()).await;
         });
         Self { url, gw, server }
     }
