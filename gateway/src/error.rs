@@ -29,6 +29,9 @@ pub enum GatewayError {
     Timeout,
     #[error("the worker failed: {0}")]
     Upstream(String),
+    /// A bug (a handler panicked); the detail goes to the log only.
+    #[error("internal error: {0}")]
+    Internal(String),
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("kubernetes: {0}")]
@@ -49,7 +52,7 @@ impl GatewayError {
             Self::NoWorker { .. } | Self::Draining { .. } => ErrorType::Unavailable,
             Self::Timeout => ErrorType::Timeout,
             Self::Upstream(_) => ErrorType::Upstream,
-            Self::Config(_) | Self::Kube(_) | Self::Io(_) => ErrorType::Internal,
+            Self::Internal(_) | Self::Config(_) | Self::Kube(_) | Self::Io(_) => ErrorType::Internal,
         }
     }
 
@@ -63,7 +66,7 @@ impl GatewayError {
             Self::NoWorker { .. } | Self::Draining { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Self::Upstream(_) => StatusCode::BAD_GATEWAY,
-            Self::Config(_) | Self::Kube(_) | Self::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Internal(_) | Self::Config(_) | Self::Kube(_) | Self::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -80,7 +83,7 @@ impl GatewayError {
     fn public_message(&self) -> String {
         match self {
             Self::Upstream(_) => "the worker failed or could not be reached".to_owned(),
-            Self::Config(_) | Self::Kube(_) | Self::Io(_) => "internal error".to_owned(),
+            Self::Internal(_) | Self::Config(_) | Self::Kube(_) | Self::Io(_) => "internal error".to_owned(),
             other => other.to_string(),
         }
     }

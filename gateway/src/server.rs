@@ -9,11 +9,13 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 use http::{Method, Request};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -22,6 +24,7 @@ use tokio::sync::watch;
 use tower::ServiceExt;
 
 use crate::app::{self, AppState};
+use crate::error::GatewayError;
 
 /// Serve clients on `listener` until `shutdown` resolves, then stop accepting and let every
 /// open connection finish the request it is serving (keep-alive connections are closed after
@@ -79,8 +82,24 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: impl Future
     Ok(())
 }
 
-/// The hot path (`GET`/`POST /predict`) without the router; everything else through it.
+/// Answers one request; a panic anywhere in its handling becomes a JSON 500, never a dropped
+/// connection.
 async fn handle(state: &AppState, router: Router, req: Request<Incoming>) -> Response {
+    match AssertUnwindSafe(route(state, router, req)).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a handler panicked".to_owned());
+            GatewayError::Internal(detail).into_response()
+        }
+    }
+}
+
+/// The hot path (`GET`/`POST /predict`) without the router; everything else through it.
+async fn route(state: &AppState, router: Router, req: Request<Incoming>) -> Response {
     if req.uri().path() == "/predict" && matches!(*req.method(), Method::GET | Method::POST) {
         return app::predict_default_admitted(state, req).await;
     }
