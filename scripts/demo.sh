@@ -72,6 +72,8 @@ for p in json.load(sys.stdin):
 
 echo
 echo "== load steps through the gateway (the signal is in replicas: how many the load needs at target)"
+echo "   (it starts near the number of workers: a worker counts as one replica until its telemetry"
+echo "   arrives, and the signal falls slowly, so what the gateway cannot see never scales in)"
 signal
 for c in 1 8 32; do
   # The first step prints the table's header too.
