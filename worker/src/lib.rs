@@ -81,7 +81,13 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     let (queue_tx, queue_rx) = mpsc::channel(config.queue_capacity.max(1));
     let (batch_tx, batch_rx) = mpsc::channel(1);
     let backend_load = Arc::new(batching::BackendLoad::default());
-    tokio::spawn(batching::task::run(batch_limits, queue_rx, batch_tx, backend_load.clone()));
+    tokio::spawn(batching::task::run(
+        batch_limits,
+        queue_rx,
+        batch_tx,
+        backend_load.clone(),
+        metrics.cancelled.clone(),
+    ));
     let observers = backend::runner::Observers {
         load: load.clone(),
         stats: stats.clone(),

@@ -4,7 +4,7 @@ pub mod ort;
 pub mod runner;
 
 pub use self::ort::OrtBackend;
-pub use runner::{BackendHandle, spawn};
+pub use runner::spawn;
 
 /// A padded batch of token ids, row-major, every row `seq_len` long.
 #[derive(Debug, Clone, PartialEq)]

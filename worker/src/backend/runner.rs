@@ -31,23 +31,18 @@ impl Drop for Finished<'_> {
     }
 }
 
-#[derive(Debug)]
-pub struct BackendHandle {
-    pub thread: JoinHandle<()>,
-}
-
 /// Runs `backend` on a new thread until `batches` is closed.
 pub fn spawn<B: Backend>(
     mut backend: B,
     mut batches: mpsc::Receiver<Batch<Entry>>,
     obs: Observers,
-) -> std::io::Result<BackendHandle> {
+) -> std::io::Result<JoinHandle<()>> {
     let thread = std::thread::Builder::new().name("backend".into()).spawn(move || {
         while let Some(batch) = batches.blocking_recv() {
             run_batch(&mut backend, batch, &obs);
         }
     })?;
-    Ok(BackendHandle { thread })
+    Ok(thread)
 }
 
 fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, obs: &Observers) {

@@ -74,10 +74,6 @@ impl<T: Pending> State<T> {
         Self { limits, by_len: BTreeMap::new(), by_age: BTreeMap::new(), next_id: 0, tokens: 0, cancelled: 0 }
     }
 
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
     /// Queries waiting (cancelled ones not yet met included).
     pub fn len(&self) -> usize {
         self.by_age.len()

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
@@ -19,15 +20,22 @@ pub async fn run<T: Pending + Send>(
     mut rx: mpsc::Receiver<T>,
     tx: mpsc::Sender<Batch<T>>,
     backend: Arc<BackendLoad>,
-) -> u64 {
+    cancelled: Counter,
+) {
     let mut state = State::new(limits);
+    // Queries dropped in the queue because their client had gone, reported as they are met.
+    let mut reported = 0;
+    let mut report = |state: &State<T>| {
+        cancelled.inc_by(state.cancelled_total() - reported);
+        reported = state.cancelled_total();
+    };
     'outer: loop {
         let permit = loop {
             tokio::select! {
                 biased;
                 permit = tx.reserve() => match permit {
                     Ok(p) => break p,
-                    Err(_) => return state.cancelled_total(),
+                    Err(_) => return,
                 },
                 item = rx.recv() => match item {
                     Some(item) => state.push(item, Instant::now()),
@@ -40,7 +48,9 @@ pub async fn run<T: Pending + Send>(
                 state.push(item, Instant::now());
             }
             let idle = backend.is_idle();
-            if let Some(batch) = state.next_batch(Instant::now(), idle) {
+            let batch = state.next_batch(Instant::now(), idle);
+            report(&state);
+            if let Some(batch) = batch {
                 break batch;
             }
             let deadline = state.next_deadline().filter(|_| idle);
@@ -58,12 +68,13 @@ pub async fn run<T: Pending + Send>(
     }
     // No more producers: run what is queued without waiting for companions.
     while let Some(batch) = state.take_batch() {
+        report(&state);
         backend.handed();
         if tx.send(batch).await.is_err() {
             break;
         }
     }
-    state.cancelled_total()
+    report(&state);
 }
 
 #[cfg(test)]
@@ -96,7 +107,7 @@ mod tests {
     async fn a_lone_query_runs_after_the_queue_delay() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        tokio::spawn(run(limits(8, 10), in_rx, out_tx, idle()));
+        tokio::spawn(run(limits(8, 10), in_rx, out_tx, idle(), Counter::default()));
         let t0 = Instant::now();
         in_tx.send(Q(3)).await.unwrap();
         let batch = out_rx.recv().await.unwrap();
@@ -108,7 +119,7 @@ mod tests {
     async fn a_full_batch_does_not_wait() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        tokio::spawn(run(limits(4, 1000), in_rx, out_tx, idle()));
+        tokio::spawn(run(limits(4, 1000), in_rx, out_tx, idle(), Counter::default()));
         let t0 = Instant::now();
         for _ in 0..4 {
             in_tx.send(Q(3)).await.unwrap();
@@ -123,7 +134,7 @@ mod tests {
         let (in_tx, in_rx) = mpsc::channel(64);
         let (out_tx, mut out_rx) = mpsc::channel(1);
         let backend = idle();
-        tokio::spawn(run(limits(32, 1), in_rx, out_tx, backend.clone()));
+        tokio::spawn(run(limits(32, 1), in_rx, out_tx, backend.clone(), Counter::default()));
         in_tx.send(Q(3)).await.unwrap();
         // The backend takes the first batch and works on it for 50 ms.
         assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
@@ -144,7 +155,7 @@ mod tests {
     async fn a_full_batch_is_prefetched_while_the_backend_is_busy() {
         let (in_tx, in_rx) = mpsc::channel(64);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        tokio::spawn(run(limits(4, 1), in_rx, out_tx, idle()));
+        tokio::spawn(run(limits(4, 1), in_rx, out_tx, idle(), Counter::default()));
         in_tx.send(Q(3)).await.unwrap();
         assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
         for _ in 0..4 {
@@ -154,11 +165,38 @@ mod tests {
         assert_eq!(out_rx.recv().await.unwrap().entries.len(), 4);
     }
 
+    #[derive(Debug)]
+    struct Gone(tokio::sync::oneshot::Sender<()>);
+    impl Pending for Gone {
+        fn tokens(&self) -> usize {
+            3
+        }
+        fn is_cancelled(&self) -> bool {
+            self.0.is_closed()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn queries_whose_client_has_gone_are_counted_not_sent() {
+        let (in_tx, in_rx) = mpsc::channel(16);
+        let (out_tx, mut out_rx) = mpsc::channel(1);
+        let cancelled = Counter::default();
+        tokio::spawn(run(limits(8, 10), in_rx, out_tx, idle(), cancelled.clone()));
+        let (gone, client) = tokio::sync::oneshot::channel();
+        drop(client);
+        let (kept, _client) = tokio::sync::oneshot::channel();
+        in_tx.send(Gone(gone)).await.unwrap();
+        in_tx.send(Gone(kept)).await.unwrap();
+        let batch = out_rx.recv().await.unwrap();
+        assert_eq!(batch.entries.len(), 1);
+        assert_eq!(cancelled.get(), 1);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn closing_the_input_flushes_the_queue_at_once() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        let task = tokio::spawn(run(limits(8, 60_000), in_rx, out_tx, idle()));
+        let task = tokio::spawn(run(limits(8, 60_000), in_rx, out_tx, idle(), Counter::default()));
         in_tx.send(Q(3)).await.unwrap();
         in_tx.send(Q(4)).await.unwrap();
         drop(in_tx);
