@@ -86,6 +86,7 @@ mod tests {
                     "p",
                     &format!("http://127.0.0.1:{}", 1000 + i),
                     Duration::from_millis(30),
+                    4,
                     Arc::default(),
                     &Metrics::default(),
                 )

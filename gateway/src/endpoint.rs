@@ -13,7 +13,14 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::{Metrics, RequestLabels, WorkerLabels};
+use crate::upstream::Upstream;
 use std::sync::Arc;
+
+/// How long the gateway waits for a TCP connection to a worker.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Idle connections to a worker are closed after this long.
+pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Whether a worker gets traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -91,8 +98,6 @@ pub struct Endpoint {
     /// Base URL as discovered, e.g. `http://10.0.0.5:8000` (no trailing slash).
     pub url: String,
     pub pool: String,
-    scheme: http::uri::Scheme,
-    authority: http::uri::Authority,
     health: AtomicU8,
     /// Incremented each time the worker leaves `Ready`: the monitor restarts its backoff then.
     downs: AtomicU64,
@@ -107,6 +112,8 @@ pub struct Endpoint {
     pub(crate) ok_requests: Counter,
     pub(crate) ok_latency: Histogram,
     pub(crate) labels: WorkerLabels,
+    /// The gateway's connections to the worker.
+    pub(crate) upstream: Upstream,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -131,6 +138,7 @@ impl Endpoint {
         pool: &str,
         url: &str,
         default_rtt: Duration,
+        max_idle_connections: usize,
         ready_notify: Arc<Notify>,
         metrics: &Metrics,
     ) -> Result<Self, String> {
@@ -143,8 +151,7 @@ impl Endpoint {
             labels: WorkerLabels { pool: pool.to_owned(), worker: url.clone() },
             pool: pool.to_owned(),
             url,
-            scheme,
-            authority,
+            upstream: Upstream::new(authority, max_idle_connections, CONNECT_TIMEOUT),
             health: AtomicU8::new(Health::Probing as u8),
             downs: AtomicU64::new(0),
             failures: AtomicU32::new(0),
@@ -154,16 +161,6 @@ impl Endpoint {
             held_pressure: Mutex::new(None),
             ready_notify,
         })
-    }
-
-    /// The URI of `path_and_query` on this worker (no parsing: the parts are cheap clones).
-    pub fn uri(&self, path_and_query: &http::uri::PathAndQuery) -> Uri {
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(self.scheme.clone());
-        parts.authority = Some(self.authority.clone());
-        parts.path_and_query = Some(path_and_query.clone());
-        // Scheme, authority and path are all set: `from_parts` cannot fail.
-        Uri::from_parts(parts).unwrap_or_default()
     }
 
     pub fn health(&self) -> Health {
@@ -299,18 +296,21 @@ mod tests {
 
     fn ep() -> Arc<Endpoint> {
         Arc::new(
-            Endpoint::new("p", "http://127.0.0.1:9", Duration::from_millis(30), Arc::default(), &Metrics::default())
-                .unwrap(),
+            Endpoint::new(
+                "p",
+                "http://127.0.0.1:9/",
+                Duration::from_millis(30),
+                4,
+                Arc::default(),
+                &Metrics::default(),
+            )
+            .unwrap(),
         )
     }
 
     #[test]
     fn urls_are_normalised_and_checked() {
         assert_eq!(ep().url, "http://127.0.0.1:9");
-        assert_eq!(
-            ep().uri(&http::uri::PathAndQuery::from_static("/predict?query=a")).to_string(),
-            "http://127.0.0.1:9/predict?query=a"
-        );
         assert!(parse_base_url("https://x").is_err());
         assert!(parse_base_url("10.0.0.1:80").is_err());
     }

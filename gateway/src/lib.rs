@@ -20,6 +20,7 @@ pub mod proxy;
 pub mod server;
 pub mod signal;
 pub mod signal_task;
+pub mod upstream;
 
 use std::sync::Arc;
 
@@ -54,7 +55,7 @@ pub async fn build(config: Config) -> Result<Gateway, GatewayError> {
         .map(|s| ServiceSpec::parse(&config.default_pool, s))
         .collect::<Result<_, _>>()?;
     let targets = discovery::static_targets(&config.default_pool, &config.workers, &config.pool_workers)?;
-    let ctx = Arc::new(Ctx { client: pool::http_client(&config), metrics: metrics::Metrics::default(), config });
+    let ctx = Arc::new(Ctx { metrics: metrics::Metrics::default(), config });
     let pools = Pools::new(Arc::clone(&ctx));
     pools.ensure(&ctx.config.default_pool);
     for spec in &k8s {

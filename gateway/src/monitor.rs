@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use rand::Rng;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -75,6 +75,7 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
                 }
             }
         }
+        ep.upstream.prune(crate::endpoint::IDLE_CONNECTION_TIMEOUT);
         let ready = ep.health() == Health::Ready;
         ctx.metrics.worker_ready.get_or_create(&ep.labels).set(i64::from(ready));
         let mut sleep = jittered(cfg.stats_interval);
@@ -94,19 +95,12 @@ enum Poll {
 
 /// A GET with the stats timeout.
 async fn get(ctx: &Ctx, ep: &Endpoint, path: &'static str) -> Poll {
-    let uri = ep.uri(&http::uri::PathAndQuery::from_static(path));
-    let Ok(req) = Request::builder().method(Method::GET).uri(uri).body(Full::new(Bytes::new())) else {
-        return Poll::Unreachable;
-    };
-    let fut = async {
-        let resp = ctx.client.request(req).await.ok()?;
-        let status = resp.status();
-        let body = Limited::new(resp.into_body(), MAX_STATS_BYTES).collect().await.ok()?.to_bytes();
-        Some((status, body))
-    };
-    match tokio::time::timeout(ctx.config.stats_timeout, fut).await {
-        Ok(Some((status, body))) => Poll::Answer(status, body),
-        Ok(None) => Poll::Unreachable,
+    let mut req = Request::new(Full::new(Bytes::new()));
+    *req.method_mut() = Method::GET;
+    *req.uri_mut() = http::Uri::from_static(path);
+    match tokio::time::timeout(ctx.config.stats_timeout, ep.upstream.request(req, MAX_STATS_BYTES)).await {
+        Ok(Ok(answer)) => Poll::Answer(answer.parts.status, answer.body),
+        Ok(Err(_)) => Poll::Unreachable,
         Err(_) => Poll::TimedOut,
     }
 }

@@ -11,11 +11,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -26,23 +21,9 @@ use crate::metrics::Metrics;
 use crate::signal::PoolSignal;
 use crate::{balance, monitor, signal_task};
 
-/// hyper's pooled HTTP/1 client, shared by every pool.
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-pub fn http_client(config: &Config) -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(2)));
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(config.pool_max_idle_per_host)
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build(connector)
-}
-
 /// What every pool, endpoint monitor and request shares.
 pub struct Ctx {
     pub config: Config,
-    pub client: HttpClient,
     pub metrics: Metrics,
 }
 
@@ -152,6 +133,7 @@ impl Pool {
                 &self.name,
                 url,
                 self.ctx.config.default_rtt,
+                self.ctx.config.pool_max_idle_per_host,
                 Arc::clone(&self.ready_notify),
                 &self.ctx.metrics,
             ) {

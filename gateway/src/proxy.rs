@@ -16,14 +16,15 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use http::{HeaderValue, Method, Request, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderValue, Method, Request, StatusCode, Uri, header};
+use http_body_util::Full;
 use tokio::time::Instant;
 
 use crate::endpoint::{Endpoint, Health};
 use crate::error::GatewayError;
 use crate::metrics::{RequestLabels, RetryLabels, WorkerLabels};
 use crate::pool::Pool;
+use crate::upstream::Answer;
 
 /// Largest worker answer the gateway buffers.
 const MAX_RESPONSE_BYTES: usize = 8 << 20;
@@ -119,22 +120,12 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
     let _in_flight = ep.start();
     let mut upstream_req = Request::new(Full::new(req.body.clone()));
     *upstream_req.method_mut() = req.method.clone();
-    *upstream_req.uri_mut() = ep.uri(&req.path_and_query);
+    *upstream_req.uri_mut() = Uri::from(req.path_and_query.clone());
     if let Some(ct) = &req.content_type {
         upstream_req.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
     }
     let sent = Instant::now();
-    let exchange = async {
-        let resp = ctx.client.request(upstream_req).await.map_err(|e| (e.is_connect(), e.to_string()))?;
-        let (parts, body) = resp.into_parts();
-        let body = Limited::new(body, MAX_RESPONSE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| (false, format!("reading the answer: {e}")))?
-            .to_bytes();
-        Ok::<_, (bool, String)>((parts, body))
-    };
-    let result = tokio::time::timeout_at(deadline, exchange).await;
+    let result = tokio::time::timeout_at(deadline, ep.upstream.request(upstream_req, MAX_RESPONSE_BYTES)).await;
     let failed = |reason: &str| {
         // A failure must not make the worker look fast: raise its latency estimate.
         ep.penalize(cfg.rtt_decay);
@@ -148,12 +139,13 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
             failed("timeout");
             Attempt::Timeout
         }
-        Ok(Err((connect, detail))) => {
+        Ok(Err(e)) => {
+            let detail = e.to_string();
             failed(&detail);
-            let reason = if connect { "connect" } else { "dropped" };
+            let reason = if e.is_connect() { "connect" } else { "dropped" };
             Attempt::Retryable { error: GatewayError::Upstream(format!("{}: {detail}", ep.url)), reason }
         }
-        Ok(Ok((parts, body))) => {
+        Ok(Ok(Answer { parts, body })) => {
             let status = parts.status;
             let error_type = if status.is_success() {
                 None
