@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode};
-use http_body_util::Full;
+use http::StatusCode;
 use rand::Rng;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::endpoint::{Endpoint, Health};
 use crate::pool::Ctx;
+use crate::upstream::Outgoing;
 
 /// Largest `/v1/stats` document accepted.
 const MAX_STATS_BYTES: usize = 256 * 1024;
@@ -95,11 +95,9 @@ enum Poll {
 
 /// A GET with the stats timeout.
 async fn get(ctx: &Ctx, ep: &Endpoint, path: &'static str) -> Poll {
-    let mut req = Request::new(Full::new(Bytes::new()));
-    *req.method_mut() = Method::GET;
-    *req.uri_mut() = http::Uri::from_static(path);
-    match tokio::time::timeout(ctx.config.stats_timeout, ep.upstream.request(req, MAX_STATS_BYTES)).await {
-        Ok(Ok(answer)) => Poll::Answer(answer.parts.status, answer.body),
+    let out = Outgoing::get(path);
+    match tokio::time::timeout(ctx.config.stats_timeout, ep.upstream.request(out, MAX_STATS_BYTES)).await {
+        Ok(Ok(answer)) => Poll::Answer(answer.status, answer.body),
         Ok(Err(_)) => Poll::Unreachable,
         Err(_) => Poll::TimedOut,
     }

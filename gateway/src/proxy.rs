@@ -16,15 +16,14 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use http::{HeaderValue, Method, Request, StatusCode, Uri, header};
-use http_body_util::Full;
+use http::{HeaderValue, Method, StatusCode, header};
 use tokio::time::Instant;
 
 use crate::endpoint::{Endpoint, Health};
 use crate::error::GatewayError;
 use crate::metrics::{RequestLabels, RetryLabels, WorkerLabels};
 use crate::pool::Pool;
-use crate::upstream::Answer;
+use crate::upstream::{Answer, Outgoing};
 
 /// Largest worker answer the gateway buffers.
 const MAX_RESPONSE_BYTES: usize = 8 << 20;
@@ -118,14 +117,14 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
     let ctx = pool.ctx();
     let cfg = &ctx.config;
     let _in_flight = ep.start();
-    let mut upstream_req = Request::new(Full::new(req.body.clone()));
-    *upstream_req.method_mut() = req.method.clone();
-    *upstream_req.uri_mut() = Uri::from(req.path_and_query.clone());
-    if let Some(ct) = &req.content_type {
-        upstream_req.headers_mut().insert(header::CONTENT_TYPE, ct.clone());
-    }
+    let out = Outgoing {
+        method: &req.method,
+        path_and_query: req.path_and_query.as_str(),
+        content_type: req.content_type.as_ref(),
+        body: &req.body,
+    };
     let sent = Instant::now();
-    let result = tokio::time::timeout_at(deadline, ep.upstream.request(upstream_req, MAX_RESPONSE_BYTES)).await;
+    let result = tokio::time::timeout_at(deadline, ep.upstream.request(out, MAX_RESPONSE_BYTES)).await;
     let failed = |reason: &str| {
         // A failure must not make the worker look fast: raise its latency estimate.
         ep.penalize(cfg.rtt_decay);
@@ -145,8 +144,7 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
             let reason = if e.is_connect() { "connect" } else { "dropped" };
             Attempt::Retryable { error: GatewayError::Upstream(format!("{}: {detail}", ep.url)), reason }
         }
-        Ok(Ok(Answer { parts, body })) => {
-            let status = parts.status;
+        Ok(Ok(Answer { status, content_type, retry_after, body })) => {
             let error_type = if status.is_success() {
                 None
             } else {
@@ -171,10 +169,11 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
             }
             let mut resp = Response::new(Body::from(body));
             *resp.status_mut() = status;
-            for name in [header::CONTENT_TYPE, header::RETRY_AFTER] {
-                if let Some(v) = parts.headers.get(&name) {
-                    resp.headers_mut().insert(name, v.clone());
-                }
+            if let Some(v) = content_type {
+                resp.headers_mut().insert(header::CONTENT_TYPE, v);
+            }
+            if let Some(v) = retry_after {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
             }
             if let Some(t) = error_type {
                 resp.extensions_mut().insert(t);

@@ -1,49 +1,56 @@
-//! The gateway's connections to one worker: a stack of idle HTTP/1 keep-alive connections
-//! (hyper's `client::conn::http1`), each one driven by the request that holds it.
+//! The gateway's HTTP/1.1 client for its workers: a stack of idle keep-alive connections per
+//! worker, and the request/answer exchange written on `httparse` (the parser hyper uses), as
+//! pingora does for its upstream connections.
 //!
-//! Why not hyper-util's pooled `Client` (what the gateway used first): every request went
-//! through its generic pool (a checkout future, a SipHash-keyed map of hosts, `Authority`
-//! comparisons) and then hopped twice between tasks: the request's task hands the request to
-//! the connection's own task through a channel, that task writes it, reads the answer and hands
-//! it back through a oneshot. Here the connection (its sender and its I/O state machine) is
-//! owned by the request while it is in use, so the answer is read by the task that waits for
-//! it: no channel wake-ups, no extra task polls. On one core this is a measurable share of the
-//! gateway's CPU time per request (see `benches/RESULTS.md`, "Gateway vs nginx").
+//! Why not hyper's client: the gateway first used hyper-util's pooled `Client`, then a pool of
+//! hyper `client::conn::http1` connections. Both cost user-space CPU per request that nginx
+//! does not spend (see `benches/RESULTS.md`, "Gateway vs nginx"): the request is handed to a
+//! dispatcher through a channel and the answer comes back through a oneshot; the request and
+//! answer headers are built into and parsed out of `HeaderMap`s (hashing every name); the body
+//! arrives through another channel. The gateway needs none of that for a worker exchange: it
+//! sends a small buffered request and reads a small buffered answer, of which it keeps the
+//! status, `Content-Type`, `Retry-After` and the body. Here one buffer is written, the answer
+//! is parsed in place and the connection is read by the task that waits for the answer.
 //!
-//! The rules match the legacy client's: a connection is reused only after its answer was read
-//! to the end and while it is open; the most recently used idle connection is taken first (it
-//! is the least likely to have been closed by the worker's keep-alive timer); a request that a
-//! stale pooled connection could not even send is sent again on another connection to the same
-//! worker (it never reached the worker, so that is always safe); idle connections beyond
-//! `max_idle` are closed, and those idle longer than the idle timeout are closed by [`prune`].
+//! What is implemented of HTTP/1.1 (RFC 9112) for answers: interim `1xx` answers are skipped;
+//! the body is delimited by `Transfer-Encoding: chunked` (trailers are read and dropped), by
+//! `Content-Length`, or by the end of the connection; `HEAD`, `204` and `304` answers have no
+//! body; conflicting `Content-Length`s and malformed chunks are errors. A connection is reused
+//! only when its answer was read to the end, was length-delimited, said nothing of
+//! `Connection: close` (HTTP/1.1) or said `keep-alive` (HTTP/1.0), and no byte followed it.
 //!
-//! [`prune`]: Upstream::prune
+//! Pooling follows hyper-util's legacy client: the most recently used idle connection is taken
+//! first (the least likely to have been closed by the worker's keep-alive timer), at most
+//! `max_idle` are kept, and [`Upstream::prune`] closes those the worker has closed or that have
+//! been idle too long. A request sent on a reused connection that ends before a single byte of
+//! answer (the worker closed it while the request was on its way: the keep-alive race) is sent
+//! again once on a new connection to the same worker; the worker cannot have answered it.
 
-use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
+use std::io::Write as _;
 use std::sync::Mutex;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 use http::uri::Authority;
-use http::{HeaderValue, Request, header};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use http::{HeaderValue, Method, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// The body of a request to a worker (buffered: it may be sent twice).
-pub type RequestBody = Full<Bytes>;
+/// Most header lines accepted in an answer.
+const MAX_HEADERS: usize = 64;
+/// Largest answer head (status line and headers), and largest chunk-size or trailer line.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Bodies up to this size are copied out of the read buffer, so that the buffer is reused.
+const COPY_BODY_BYTES: usize = 16 * 1024;
 
 /// How a request to a worker failed.
 #[derive(Debug)]
 pub enum Error {
-    /// The request never reached the worker (no connection could be made, or the connection
-    /// closed before the request was written): always safe to send elsewhere.
+    /// The request never reached the worker whole (no connection could be made, or it could not
+    /// be written): always safe to send elsewhere.
     Connect(String),
-    /// The request was sent (or may have been) and no complete answer came back.
+    /// The request was sent and no complete, valid answer came back.
     Exchange(String),
 }
 
@@ -61,17 +68,34 @@ impl std::fmt::Display for Error {
     }
 }
 
-/// A worker's answer, read to the end.
+/// A request to a worker (buffered by the caller: it may be sent twice).
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    pub method: &'a Method,
+    /// Origin-form target, e.g. `/predict?query=hi`.
+    pub path_and_query: &'a str,
+    pub content_type: Option<&'a HeaderValue>,
+    pub body: &'a [u8],
+}
+
+impl<'a> Outgoing<'a> {
+    pub fn get(path_and_query: &'a str) -> Self {
+        Self { method: &Method::GET, path_and_query, content_type: None, body: &[] }
+    }
+}
+
+/// A worker's answer, read to the end: what the gateway passes on.
 #[derive(Debug)]
 pub struct Answer {
-    pub parts: http::response::Parts,
+    pub status: StatusCode,
+    pub content_type: Option<HeaderValue>,
+    pub retry_after: Option<HeaderValue>,
     pub body: Bytes,
 }
 
 /// The connections of the gateway to one worker.
 pub struct Upstream {
     authority: Authority,
-    host: HeaderValue,
     idle: Mutex<Vec<Idle>>,
     max_idle: usize,
     connect_timeout: Duration,
@@ -88,130 +112,341 @@ struct Idle {
     since: Instant,
 }
 
-type Io = TokioIo<TcpStream>;
-
-/// One keep-alive connection: the request sender and the connection's I/O state machine,
-/// polled together by whoever holds them.
+/// One connection to the worker and its buffers.
 struct Connection {
-    sender: SendRequest<RequestBody>,
-    io: http1::Connection<Io, RequestBody>,
-    /// The I/O future has finished (closed or failed): it must not be polled again.
-    done: bool,
+    stream: TcpStream,
+    /// Bytes read and not consumed yet.
+    rbuf: BytesMut,
+    wbuf: Vec<u8>,
+    /// Whether an answer has been read on it before (a reused keep-alive connection).
+    reused: bool,
 }
 
 /// Why an exchange on one connection failed.
 enum Failed {
-    /// The connection could not take the request: it was not written.
-    NotSent(Box<Request<RequestBody>>, String),
-    /// The request was written (or may have been).
+    /// A reused connection ended before any byte of the answer: the worker closed it (idle) and
+    /// did not process the request.
+    Stale(String),
+    /// The request could not be written.
+    NotSent(String),
+    /// The request was written; the answer is missing, cut short or malformed.
     Sent(String),
 }
 
+/// How the body of an answer is delimited.
+enum Framing {
+    Empty,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// What the gateway keeps of an answer's head.
+struct Head {
+    status: StatusCode,
+    content_type: Option<HeaderValue>,
+    retry_after: Option<HeaderValue>,
+    framing: Framing,
+    keep_alive: bool,
+}
+
 impl Connection {
-    /// Drive the connection's reads and writes; `true` once it has finished.
-    fn poll_io(&mut self, cx: &mut Context<'_>) -> bool {
-        if !self.done
-            && let Poll::Ready(result) = Pin::new(&mut self.io).poll(cx)
-        {
-            self.done = true;
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "worker connection closed");
+    fn new(stream: TcpStream) -> Self {
+        Self { stream, rbuf: BytesMut::with_capacity(8 * 1024), wbuf: Vec::with_capacity(512), reused: false }
+    }
+
+    async fn exchange(&mut self, out: &Outgoing<'_>, host: &str, max_bytes: usize) -> Result<(Answer, bool), Failed> {
+        self.encode(out, host);
+        if let Err(e) = self.stream.write_all(&self.wbuf).await {
+            let detail = format!("sending the request: {e}");
+            return Err(if self.reused { Failed::Stale(detail) } else { Failed::NotSent(detail) });
+        }
+        let head = self.read_head(out.method).await?;
+        let (body, clean_end) = match head.framing {
+            Framing::Empty => (Bytes::new(), true),
+            Framing::Length(n) => (self.read_length(n, max_bytes).await?, true),
+            Framing::Chunked => (self.read_chunked(max_bytes).await?, true),
+            Framing::UntilClose => (self.read_to_end(max_bytes).await?, false),
+        };
+        // Bytes after the answer: the worker is not speaking HTTP/1.1 as expected.
+        let keep_alive = head.keep_alive && clean_end && self.rbuf.is_empty();
+        self.reused = true;
+        let answer =
+            Answer { status: head.status, content_type: head.content_type, retry_after: head.retry_after, body };
+        Ok((answer, keep_alive))
+    }
+
+    fn encode(&mut self, out: &Outgoing<'_>, host: &str) {
+        let w = &mut self.wbuf;
+        w.clear();
+        w.extend_from_slice(out.method.as_str().as_bytes());
+        w.push(b' ');
+        w.extend_from_slice(out.path_and_query.as_bytes());
+        w.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+        w.extend_from_slice(host.as_bytes());
+        if let Some(ct) = out.content_type {
+            w.extend_from_slice(b"\r\ncontent-type: ");
+            w.extend_from_slice(ct.as_bytes());
+        }
+        // As hyper does: no length for a bodiless GET/HEAD, an explicit one otherwise.
+        if !out.body.is_empty() || !matches!(*out.method, Method::GET | Method::HEAD) {
+            // Writing to a Vec cannot fail.
+            let _ = write!(w, "\r\ncontent-length: {}", out.body.len());
+        }
+        w.extend_from_slice(b"\r\n\r\n");
+        w.extend_from_slice(out.body);
+    }
+
+    /// Read more bytes into `rbuf`; `Ok(0)` at the end of the connection.
+    async fn fill(&mut self) -> std::io::Result<usize> {
+        if self.rbuf.capacity() - self.rbuf.len() < 1024 {
+            self.rbuf.reserve(8 * 1024);
+        }
+        self.stream.read_buf(&mut self.rbuf).await
+    }
+
+    async fn read_head(&mut self, method: &Method) -> Result<Head, Failed> {
+        let mut got_any = false;
+        loop {
+            if !self.rbuf.is_empty() {
+                got_any = true;
+                match parse_head(&self.rbuf, method)? {
+                    Some((len, head)) => {
+                        self.rbuf.advance(len);
+                        match head {
+                            Some(head) => return Ok(head),
+                            None => continue, // an interim 1xx answer
+                        }
+                    }
+                    None if self.rbuf.len() > MAX_HEAD_BYTES => {
+                        return Err(Failed::Sent(format!("answer head larger than {MAX_HEAD_BYTES} bytes")));
+                    }
+                    None => {}
+                }
+            }
+            match self.fill().await {
+                Ok(0) | Err(_) if self.reused && !got_any => {
+                    return Err(Failed::Stale("keep-alive connection closed by the worker".to_owned()));
+                }
+                Ok(0) => return Err(Failed::Sent("connection closed before the answer was complete".to_owned())),
+                Ok(_) => {}
+                Err(e) => return Err(Failed::Sent(format!("reading the answer: {e}"))),
             }
         }
-        self.done
     }
 
-    /// Run `fut` to completion while driving the connection's I/O.
-    async fn drive<F: Future>(&mut self, fut: F) -> F::Output {
-        let mut fut = pin!(fut);
-        poll_fn(|cx| {
-            self.poll_io(cx);
-            fut.as_mut().poll(cx)
-        })
-        .await
+    async fn read_more(&mut self) -> Result<(), Failed> {
+        match self.fill().await {
+            Ok(0) => Err(Failed::Sent("connection closed before the answer was complete".to_owned())),
+            Ok(_) => Ok(()),
+            Err(e) => Err(Failed::Sent(format!("reading the answer: {e}"))),
+        }
     }
 
-    /// Open and ready for a request (polls the connection once, so that a close by the worker
-    /// since it was last used is noticed).
-    async fn usable(&mut self) -> bool {
-        poll_fn(|cx| Poll::Ready(!self.poll_io(cx) && matches!(self.sender.poll_ready(cx), Poll::Ready(Ok(()))))).await
+    async fn read_length(&mut self, n: u64, max_bytes: usize) -> Result<Bytes, Failed> {
+        let n = usize::try_from(n).ok().filter(|&n| n <= max_bytes).ok_or_else(|| too_large(max_bytes))?;
+        if self.rbuf.capacity() < n {
+            self.rbuf.reserve(n - self.rbuf.len().min(n));
+        }
+        while self.rbuf.len() < n {
+            self.read_more().await?;
+        }
+        Ok(self.take(n))
     }
 
-    async fn exchange(&mut self, req: Request<RequestBody>, max_bytes: usize) -> Result<Answer, Failed> {
-        let response = self.sender.try_send_request(req);
-        let resp = match self.drive(response).await {
-            Ok(r) => r,
-            Err(mut e) => {
-                let detail = e.error().to_string();
-                return Err(match e.take_message() {
-                    Some(req) => Failed::NotSent(Box::new(req), detail),
-                    None => Failed::Sent(detail),
-                });
+    async fn read_to_end(&mut self, max_bytes: usize) -> Result<Bytes, Failed> {
+        loop {
+            if self.rbuf.len() > max_bytes {
+                return Err(too_large(max_bytes));
             }
-        };
-        let (parts, body) = resp.into_parts();
-        let body = self
-            .drive(Limited::new(body, max_bytes).collect())
-            .await
-            .map_err(|e| Failed::Sent(format!("reading the answer: {e}")))?
-            .to_bytes();
-        Ok(Answer { parts, body })
+            match self.fill().await {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => return Err(Failed::Sent(format!("reading the answer: {e}"))),
+            }
+        }
+        let n = self.rbuf.len();
+        Ok(self.take(n))
     }
 
-    /// Reusable after an answer read to the end.
-    fn reusable(&self) -> bool {
-        !self.done && !self.sender.is_closed()
+    async fn read_chunked(&mut self, max_bytes: usize) -> Result<Bytes, Failed> {
+        let mut body = BytesMut::new();
+        loop {
+            let (line, size) = match httparse::parse_chunk_size(&self.rbuf) {
+                Ok(httparse::Status::Complete(c)) => c,
+                Ok(httparse::Status::Partial) if self.rbuf.len() > MAX_HEAD_BYTES => {
+                    return Err(Failed::Sent("chunk-size line too long".to_owned()));
+                }
+                Ok(httparse::Status::Partial) => {
+                    self.read_more().await?;
+                    continue;
+                }
+                Err(_) => return Err(Failed::Sent("invalid chunk size in the answer".to_owned())),
+            };
+            if size == 0 {
+                self.rbuf.advance(line);
+                return self.skip_trailers().await.map(|()| body.freeze());
+            }
+            let size = usize::try_from(size)
+                .ok()
+                .filter(|s| body.len().saturating_add(*s) <= max_bytes)
+                .ok_or_else(|| too_large(max_bytes))?;
+            let need = line + size + 2;
+            while self.rbuf.len() < need {
+                self.read_more().await?;
+            }
+            if &self.rbuf[line + size..need] != b"\r\n" {
+                return Err(Failed::Sent("chunk not followed by CRLF in the answer".to_owned()));
+            }
+            body.extend_from_slice(&self.rbuf[line..line + size]);
+            self.rbuf.advance(need);
+        }
     }
+
+    /// Trailer lines after the last chunk, up to the empty line.
+    async fn skip_trailers(&mut self) -> Result<(), Failed> {
+        loop {
+            match self.rbuf.windows(2).position(|w| w == b"\r\n") {
+                Some(0) => {
+                    self.rbuf.advance(2);
+                    return Ok(());
+                }
+                Some(end) => self.rbuf.advance(end + 2),
+                None if self.rbuf.len() > MAX_HEAD_BYTES => {
+                    return Err(Failed::Sent("trailer line too long".to_owned()));
+                }
+                None => self.read_more().await?,
+            }
+        }
+    }
+
+    /// The first `n` bytes of `rbuf`, consumed.
+    fn take(&mut self, n: usize) -> Bytes {
+        if n <= COPY_BODY_BYTES {
+            let b = Bytes::copy_from_slice(&self.rbuf[..n]);
+            self.rbuf.advance(n);
+            b
+        } else {
+            self.rbuf.split_to(n).freeze()
+        }
+    }
+
+    /// Closed by the worker, or bytes arrived that no request asked for.
+    fn closed_or_dirty(&self) -> bool {
+        let mut probe = [0u8; 1];
+        !matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
+/// Parse an answer head at the start of `buf`. `Ok(None)`: incomplete. `Ok(Some((len, None)))`:
+/// an interim `1xx` answer of `len` bytes to skip.
+fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(usize, Option<Head>)>, Failed> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(Failed::Sent(format!("invalid answer head: {e}"))),
+    };
+    let code = resp.code.unwrap_or(0);
+    let status = StatusCode::from_u16(code).map_err(|_| Failed::Sent(format!("invalid answer status {code}")))?;
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return Err(Failed::Sent("the worker switched protocols".to_owned()));
+    }
+    if status.is_informational() {
+        return Ok(Some((len, None)));
+    }
+    let http11 = resp.version == Some(1);
+    let (mut content_length, mut chunked, mut transfer_encoding) = (None::<u64>, false, false);
+    let (mut close, mut keep_alive_token) = (false, false);
+    let (mut content_type, mut retry_after) = (None, None);
+    for h in resp.headers.iter() {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| Failed::Sent("invalid Content-Length in the answer".to_owned()))?;
+            if content_length.is_some_and(|c| c != n) {
+                return Err(Failed::Sent("conflicting Content-Length headers in the answer".to_owned()));
+            }
+            content_length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            transfer_encoding = true;
+            // Only the last coding counts: chunked must be the final one to delimit the body.
+            chunked =
+                h.value.rsplit(|&b| b == b',').next().is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in h.value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            content_type = HeaderValue::from_bytes(h.value).ok();
+        } else if name.eq_ignore_ascii_case(b"retry-after") {
+            retry_after = HeaderValue::from_bytes(h.value).ok();
+        }
+    }
+    let mut keep_alive = if http11 { !close } else { keep_alive_token && !close };
+    let framing = if *method == Method::HEAD || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        Framing::Empty
+    } else if transfer_encoding {
+        // With both, Transfer-Encoding wins and the connection is not reused (RFC 9112 6.3).
+        if content_length.is_some() {
+            keep_alive = false;
+        }
+        if chunked { Framing::Chunked } else { Framing::UntilClose }
+    } else if let Some(n) = content_length {
+        Framing::Length(n)
+    } else {
+        Framing::UntilClose
+    };
+    Ok(Some((len, Some(Head { status, content_type, retry_after, framing, keep_alive }))))
+}
+
+fn too_large(max_bytes: usize) -> Failed {
+    Failed::Sent(format!("answer larger than {max_bytes} bytes"))
 }
 
 impl Upstream {
     pub fn new(authority: Authority, max_idle: usize, connect_timeout: Duration) -> Self {
-        // An `Authority` is valid header text.
-        let host = HeaderValue::from_str(authority.as_str()).unwrap_or_else(|_| HeaderValue::from_static("localhost"));
-        Self { authority, host, idle: Mutex::new(Vec::new()), max_idle, connect_timeout }
+        Self { authority, idle: Mutex::new(Vec::new()), max_idle, connect_timeout }
     }
 
-    /// Send `req` (origin-form URI, e.g. `/predict?query=hi`) and read the answer, at most
-    /// `max_bytes` of body.
-    pub async fn request(&self, mut req: Request<RequestBody>, max_bytes: usize) -> Result<Answer, Error> {
-        req.headers_mut().insert(header::HOST, self.host.clone());
-        while let Some(mut conn) = self.checkout().await {
-            match conn.exchange(req, max_bytes).await {
-                Ok(answer) => {
-                    self.checkin(conn);
+    /// Send `out` and read the answer, at most `max_bytes` of body.
+    pub async fn request(&self, out: Outgoing<'_>, max_bytes: usize) -> Result<Answer, Error> {
+        let host = self.authority.as_str();
+        if let Some(mut conn) = self.checkout() {
+            match conn.exchange(&out, host, max_bytes).await {
+                Ok((answer, keep_alive)) => {
+                    self.checkin(conn, keep_alive);
                     return Ok(answer);
                 }
-                // A stale keep-alive connection: try the next one, or a new one.
-                Err(Failed::NotSent(r, detail)) => {
-                    tracing::debug!(worker = %self.authority, detail, "pooled connection unusable, retrying");
-                    req = *r;
+                Err(Failed::Stale(detail)) => {
+                    tracing::debug!(worker = %self.authority, detail, "idle connection was closed; sending on a new one");
                 }
+                Err(Failed::NotSent(detail)) => return Err(Error::Connect(detail)),
                 Err(Failed::Sent(detail)) => return Err(Error::Exchange(detail)),
             }
         }
         let mut conn = self.connect().await?;
-        match conn.exchange(req, max_bytes).await {
-            Ok(answer) => {
-                self.checkin(conn);
+        match conn.exchange(&out, host, max_bytes).await {
+            Ok((answer, keep_alive)) => {
+                self.checkin(conn, keep_alive);
                 Ok(answer)
             }
-            Err(Failed::NotSent(_, detail)) => Err(Error::Connect(detail)),
+            Err(Failed::Stale(detail) | Failed::NotSent(detail)) => Err(Error::Connect(detail)),
             Err(Failed::Sent(detail)) => Err(Error::Exchange(detail)),
         }
     }
 
-    /// The most recently used idle connection that is still open.
-    async fn checkout(&self) -> Option<Connection> {
-        loop {
-            let mut idle = self.lock().pop()?;
-            if idle.conn.usable().await {
-                return Some(idle.conn);
-            }
-        }
+    /// The most recently used idle connection.
+    fn checkout(&self) -> Option<Connection> {
+        self.lock().pop().map(|i| i.conn)
     }
 
-    fn checkin(&self, conn: Connection) {
-        if !conn.reusable() {
+    fn checkin(&self, conn: Connection, keep_alive: bool) {
+        if !keep_alive {
             return;
         }
         let mut idle = self.lock();
@@ -230,19 +465,14 @@ impl Upstream {
         };
         // Small requests and answers: without it, Nagle and delayed ACKs add tens of ms.
         let _ = stream.set_nodelay(true);
-        let (sender, io) = http1::Builder::new()
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| Error::Connect(format!("connecting to {}: {e}", self.authority)))?;
-        Ok(Connection { sender, io, done: false })
+        Ok(Connection::new(stream))
     }
 
     /// Close idle connections that the worker has closed or that have been idle for longer
     /// than `idle_timeout`.
     pub fn prune(&self, idle_timeout: Duration) {
         let now = Instant::now();
-        let mut cx = Context::from_waker(Waker::noop());
-        self.lock().retain_mut(|i| now.saturating_duration_since(i.since) < idle_timeout && !i.conn.poll_io(&mut cx));
+        self.lock().retain(|i| now.saturating_duration_since(i.since) < idle_timeout && !i.conn.closed_or_dirty());
     }
 
     pub fn idle_count(&self) -> usize {
@@ -254,5 +484,228 @@ impl Upstream {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// What a scripted worker saw.
+    #[derive(Default)]
+    struct Seen {
+        connections: usize,
+        requests: Vec<String>,
+    }
+
+    /// A worker speaking raw bytes: connection `i` answers its requests with `script[i]` in order
+    /// (one answer per request read; an empty answer: hang up after reading the request), then
+    /// closes. Connections beyond the script are closed at once.
+    async fn scripted(script: Vec<Vec<&'static [u8]>>) -> (Authority, Arc<Mutex<Seen>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let s = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let mut script = script.into_iter();
+            loop {
+                let (mut sock, _) = listener.accept().await.unwrap();
+                s.lock().unwrap().connections += 1;
+                let answers = script.next().unwrap_or_default();
+                let s = Arc::clone(&s);
+                tokio::spawn(async move {
+                    let mut buf = BytesMut::new();
+                    for answer in answers {
+                        let Some(req) = read_request(&mut sock, &mut buf).await else { return };
+                        s.lock().unwrap().requests.push(req);
+                        if sock.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (format!("127.0.0.1:{}", addr.port()).parse().unwrap(), seen)
+    }
+
+    async fn read_request(sock: &mut TcpStream, buf: &mut BytesMut) -> Option<String> {
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut req = httparse::Request::new(&mut headers);
+            if let Ok(httparse::Status::Complete(head)) = req.parse(buf) {
+                let len = req
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                    .map_or(0, |h| std::str::from_utf8(h.value).unwrap().parse::<usize>().unwrap());
+                if buf.len() >= head + len {
+                    let raw = buf.split_to(head + len);
+                    return Some(String::from_utf8(raw.to_vec()).unwrap());
+                }
+            }
+            if sock.read_buf(buf).await.ok()? == 0 {
+                return None;
+            }
+        }
+    }
+
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+
+    fn upstream(authority: Authority) -> Upstream {
+        Upstream::new(authority, 4, Duration::from_secs(2))
+    }
+
+    async fn get(u: &Upstream) -> Result<Answer, Error> {
+        u.request(Outgoing::get("/predict?query=hi"), 1024).await
+    }
+
+    #[tokio::test]
+    async fn length_delimited_answers_reuse_the_connection() {
+        let (addr, seen) = scripted(vec![vec![OK, OK, OK]]).await;
+        let u = upstream(addr.clone());
+        for _ in 0..3 {
+            let a = get(&u).await.unwrap();
+            assert_eq!(a.status, StatusCode::OK);
+            assert_eq!(a.content_type.unwrap(), "application/json");
+            assert_eq!(&a.body[..], b"{}");
+        }
+        assert_eq!(u.idle_count(), 1);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.connections, 1);
+        assert_eq!(seen.requests[0], format!("GET /predict?query=hi HTTP/1.1\r\nhost: {addr}\r\n\r\n"));
+    }
+
+    #[tokio::test]
+    async fn a_post_carries_its_body_type_and_length() {
+        let (addr, seen) = scripted(vec![vec![OK]]).await;
+        let ct = HeaderValue::from_static("application/json");
+        let out = Outgoing {
+            method: &Method::POST,
+            path_and_query: "/predict",
+            content_type: Some(&ct),
+            body: br#"{"query":"hi"}"#,
+        };
+        upstream(addr.clone()).request(out, 1024).await.unwrap();
+        assert_eq!(
+            seen.lock().unwrap().requests[0],
+            format!(
+                "POST /predict HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: 14\r\n\r\n{{\"query\":\"hi\"}}"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn chunked_answers_are_reassembled_and_trailers_dropped() {
+        const CHUNKED: &[u8] =
+            b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: gzip, chunked\r\nRetry-After: 2\r\n\r\n\
+            4;ext=1\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\nx-trailer: y\r\n\r\n";
+        let (addr, seen) = scripted(vec![vec![CHUNKED, OK]]).await;
+        let u = upstream(addr);
+        let a = get(&u).await.unwrap();
+        assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(a.retry_after.unwrap(), "2");
+        assert_eq!(&a.body[..], b"{\"a\":1}");
+        assert_eq!(&get(&u).await.unwrap().body[..], b"{}", "the connection is reusable after the trailers");
+        assert_eq!(seen.lock().unwrap().connections, 1);
+    }
+
+    #[tokio::test]
+    async fn interim_answers_are_skipped_and_bodiless_statuses_have_no_body() {
+        const CONTINUE_THEN_204: &[u8] =
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\ncontent-length: 7\r\n\r\n";
+        let (addr, seen) = scripted(vec![vec![CONTINUE_THEN_204, OK]]).await;
+        let u = upstream(addr);
+        let a = get(&u).await.unwrap();
+        assert_eq!(a.status, StatusCode::NO_CONTENT);
+        assert!(a.body.is_empty());
+        assert_eq!(get(&u).await.unwrap().status, StatusCode::OK);
+        assert_eq!(seen.lock().unwrap().connections, 1);
+    }
+
+    #[tokio::test]
+    async fn close_delimited_and_connection_close_answers_are_not_reused() {
+        const UNTIL_CLOSE: &[u8] = b"HTTP/1.1 200 OK\r\n\r\nall of it";
+        const CLOSE: &[u8] = b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 2\r\n\r\nok";
+        const HTTP10: &[u8] = b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let (addr, seen) = scripted(vec![vec![UNTIL_CLOSE], vec![CLOSE], vec![HTTP10], vec![OK]]).await;
+        let u = upstream(addr);
+        assert_eq!(&get(&u).await.unwrap().body[..], b"all of it");
+        assert_eq!(&get(&u).await.unwrap().body[..], b"ok");
+        assert_eq!(&get(&u).await.unwrap().body[..], b"ok");
+        assert_eq!(u.idle_count(), 0);
+        assert_eq!(&get(&u).await.unwrap().body[..], b"{}");
+        assert_eq!(u.idle_count(), 1);
+        assert_eq!(seen.lock().unwrap().connections, 4);
+    }
+
+    #[tokio::test]
+    async fn a_keep_alive_connection_closed_by_the_worker_is_replaced_without_an_error() {
+        // The first connection answers once and closes: the second request finds it dead.
+        let (addr, seen) = scripted(vec![vec![OK], vec![OK]]).await;
+        let u = upstream(addr);
+        get(&u).await.unwrap();
+        assert_eq!(u.idle_count(), 1);
+        assert_eq!(get(&u).await.unwrap().status, StatusCode::OK);
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.connections, 2);
+        assert_eq!(seen.requests.len(), 2, "the request reached the worker once");
+    }
+
+    #[tokio::test]
+    async fn broken_answers_are_exchange_errors() {
+        const CUT: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc";
+        const GARBAGE: &[u8] = b"SMTP ready\r\n\r\n";
+        const CONFLICT: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc";
+        const HUGE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5000\r\n\r\n";
+        const BAD_CHUNK: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n";
+        for answer in [CUT, GARBAGE, CONFLICT, HUGE, BAD_CHUNK] {
+            let (addr, _) = scripted(vec![vec![answer]]).await;
+            let u = upstream(addr);
+            let e = get(&u).await.unwrap_err();
+            assert!(!e.is_connect(), "{e}");
+            assert_eq!(u.idle_count(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_closes_before_answering_a_new_connection_is_an_exchange_error() {
+        let (addr, seen) = scripted(vec![vec![b""]]).await;
+        let e = get(&upstream(addr)).await.unwrap_err();
+        assert!(!e.is_connect(), "the request was sent: {e}");
+        assert_eq!(seen.lock().unwrap().requests.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let e = get(&upstream(format!("127.0.0.1:{port}").parse().unwrap())).await.unwrap_err();
+        assert!(e.is_connect(), "{e}");
+    }
+
+    #[tokio::test]
+    async fn prune_drops_connections_the_worker_closed_and_old_ones() {
+        let (addr, _) = scripted(vec![vec![OK], vec![OK, OK]]).await;
+        let u = upstream(addr);
+        get(&u).await.unwrap();
+        // The worker closes the first connection after its answer; wait until the reactor has
+        // seen the close (no timing guess: poll until pruned, bounded).
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while u.idle_count() == 1 {
+                u.prune(Duration::from_secs(60));
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the closed connection is pruned");
+        get(&u).await.unwrap();
+        assert_eq!(u.idle_count(), 1);
+        u.prune(Duration::ZERO);
+        assert_eq!(u.idle_count(), 0);
     }
 }
