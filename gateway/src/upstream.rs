@@ -456,7 +456,8 @@ impl Upstream {
     }
 
     async fn connect(&self) -> Result<Connection, Error> {
-        let host = self.authority.host();
+        // `[::1]` in a URL is `::1` to the resolver.
+        let host = self.authority.host().trim_start_matches('[').trim_end_matches(']');
         let port = self.authority.port_u16().unwrap_or(80);
         let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port))).await {
             Ok(Ok(s)) => s,
@@ -677,6 +678,21 @@ mod tests {
         let e = get(&upstream(addr)).await.unwrap_err();
         assert!(!e.is_connect(), "the request was sent: {e}");
         assert_eq!(seen.lock().unwrap().requests.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn ipv6_workers_are_reached() {
+        // Where the machine has no IPv6 loopback there is nothing to test.
+        let Ok(listener) = TcpListener::bind("[::1]:0").await else { return };
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut buf = BytesMut::new();
+            read_request(&mut sock, &mut buf).await.unwrap();
+            sock.write_all(OK).await.unwrap();
+        });
+        let u = upstream(format!("[::1]:{port}").parse().unwrap());
+        assert_eq!(get(&u).await.unwrap().status, StatusCode::OK);
     }
 
     #[tokio::test]
