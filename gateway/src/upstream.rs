@@ -43,6 +43,9 @@ const MAX_HEADERS: usize = 64;
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Bodies up to this size are copied out of the read buffer, so that the buffer is reused.
 const COPY_BODY_BYTES: usize = 16 * 1024;
+/// An idle connection keeps buffers up to this capacity; larger ones (left by a large request or
+/// answer) are freed when it goes back to the pool.
+const KEEP_BUFFER_BYTES: usize = 64 * 1024;
 
 /// How a request to a worker failed.
 #[derive(Debug)]
@@ -445,9 +448,15 @@ impl Upstream {
         self.lock().pop().map(|i| i.conn)
     }
 
-    fn checkin(&self, conn: Connection, keep_alive: bool) {
+    fn checkin(&self, mut conn: Connection, keep_alive: bool) {
         if !keep_alive {
             return;
+        }
+        if conn.rbuf.capacity() > KEEP_BUFFER_BYTES {
+            conn.rbuf = BytesMut::new();
+        }
+        if conn.wbuf.capacity() > KEEP_BUFFER_BYTES {
+            conn.wbuf = Vec::new();
         }
         let mut idle = self.lock();
         if idle.len() < self.max_idle {
@@ -678,6 +687,22 @@ mod tests {
         let e = get(&upstream(addr)).await.unwrap_err();
         assert!(!e.is_connect(), "the request was sent: {e}");
         assert_eq!(seen.lock().unwrap().requests.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_do_not_keep_large_buffers() {
+        let mut big = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", 200_000).into_bytes();
+        big.resize(big.len() + 200_000, b'x');
+        let big: &'static [u8] = Box::leak(big.into_boxed_slice());
+        let (addr, _) = scripted(vec![vec![big]]).await;
+        let u = upstream(addr);
+        let body = vec![b'y'; 300_000];
+        let out = Outgoing { method: &Method::POST, path_and_query: "/predict", content_type: None, body: &body };
+        assert_eq!(u.request(out, 1 << 20).await.unwrap().body.len(), 200_000);
+        let idle = u.lock();
+        assert_eq!(idle.len(), 1);
+        assert!(idle[0].conn.rbuf.capacity() <= KEEP_BUFFER_BYTES);
+        assert!(idle[0].conn.wbuf.capacity() <= KEEP_BUFFER_BYTES);
     }
 
     #[tokio::test]
