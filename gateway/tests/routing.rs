@@ -3,6 +3,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{FakeWorker, Mode, TestGateway, client, config, get, post, wait_for};
@@ -114,18 +115,26 @@ async fn oversized_body_is_413_too_large() {
 async fn draining_worker_503_is_retried_elsewhere_and_taken_out() {
     let a = FakeWorker::start("a").await;
     let b = FakeWorker::start("b").await;
+    // Only the proxy's handling of the 503 may take `a` out here: without /v1/stats the monitor
+    // cannot learn of the draining first (a race the test would otherwise depend on).
+    a.state.reported_queue.store(u64::MAX, Ordering::SeqCst);
+    // `b` answers slower than the RTT assumed for a new worker (30 ms), so once `b` has answered
+    // the balancer prefers `a`: `a` gets one of the first two requests.
+    b.set_delay(60);
     let gw = TestGateway::start(config(&[&a, &b])).await;
     gw.wait_ready("default", 2).await;
     a.set_mode(Mode::Draining);
     let c = client();
-    for _ in 0..50 {
+    for _ in 0..5 {
         let r = post(&c, &format!("{}/predict", gw.url), "{}").await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.body);
         assert_eq!(r.body["intent"], "b");
     }
+    assert_eq!(a.state.refusals.load(Ordering::SeqCst), 1, "a refused once, then was out of rotation");
     let p = gw.gw.pools.get("default").unwrap();
     assert!(p.endpoints().iter().any(|e| e.url == a.url && e.health() != Health::Ready));
     // Draining ends (the worker is back): the re-probe puts it back in rotation.
+    b.set_delay(0);
     a.set_mode(Mode::Ok);
     gw.wait_ready("default", 2).await;
 }

@@ -46,6 +46,8 @@ pub struct FakeState {
     /// GPU utilization reported (percent); `u64::MAX` = unavailable.
     pub gpu_pct: AtomicU64,
     pub predicts: AtomicU64,
+    /// `/predict` requests refused (draining or overloaded).
+    pub refusals: AtomicU64,
 }
 
 impl FakeState {
@@ -70,6 +72,7 @@ impl FakeWorker {
             reported_queue: AtomicU64::new(0),
             gpu_pct: AtomicU64::new(u64::MAX),
             predicts: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
         });
         let st = Arc::clone(&state);
         // Connections live in a JoinSet owned by the accept task: aborting it closes every
@@ -160,10 +163,13 @@ async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Resu
                     let echo = String::from_utf8_lossy(&body).into_owned();
                     Ok(json(StatusCode::OK, serde_json::json!({"intent": st.name, "score": 1.0, "echo": echo})))
                 }
-                Mode::Draining => Ok(json(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    serde_json::json!({"error":"draining","error_type":"unavailable"}),
-                )),
+                Mode::Draining => {
+                    st.refusals.fetch_add(1, Ordering::SeqCst);
+                    Ok(json(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        serde_json::json!({"error":"draining","error_type":"unavailable"}),
+                    ))
+                }
                 Mode::Overloaded => Ok(json(
                     StatusCode::TOO_MANY_REQUESTS,
                     serde_json::json!({"error":"full","error_type":"overloaded"}),
