@@ -129,15 +129,19 @@ for load in light heavy; do
   R[direct_$load]=$(median "${d[@]}")
   R[nginx_$load]=$(median "${n[@]}")
   R[gateway_$load]=$(median "${g[@]}")
+  R[rounds_$load]="$(IFS=';'; echo "${n[*]}")|$(IFS=';'; echo "${g[*]}")"
 done
 load_after=$(cut -d" " -f1-3 /proc/loadavg)
 
 python3 - "${R[direct_light]}" "${R[nginx_light]}" "${R[gateway_light]}" \
   "${R[direct_heavy]}" "${R[nginx_heavy]}" "${R[gateway_heavy]}" "$LIGHT_CONN" "$HEAVY_CONN" "$DURATION" \
-  "$REPEAT" "$proxy_cores" "$load_before" "$load_after" <<'PY'
+  "$REPEAT" "$proxy_cores" "$load_before" "$load_after" "${R[rounds_light]}" "${R[rounds_heavy]}" <<'PY'
 import sys
 rows = [list(map(float, a.split())) for a in sys.argv[1:7]]
 light, heavy, dur, rep, cores, lb, la = sys.argv[7:14]
+def rounds(arg):
+    return [[list(map(float, r.split())) for r in side.split(";")] for side in arg.split("|")]
+per_round = {"light load": rounds(sys.argv[14]), "max throughput": rounds(sys.argv[15])}
 names = ["direct", "nginx", "gateway"]
 print(f"wrk -t1, {dur} per cell, median of {rep} interleaved rounds; proxy alone on {cores} core(s),"
       f" wrk + upstream on another")
@@ -153,4 +157,13 @@ for title, block, c in (("light load", rows[0:3], light), ("max throughput", row
     g, n = block[2], block[1]
     print(f"gateway/nginx: throughput x{g[0]/n[0]:.2f}, p50 x{g[1]/n[1]:.2f}, p99 x{g[2]/n[2]:.2f}"
           f"  (per proxy core: nginx {n[0]/int(cores):.0f} req/s, gateway {g[0]/int(cores):.0f} req/s)")
+    # Round by round (each round ran nginx then the gateway back to back): the spread, and how
+    # often the gateway was ahead, which says more than one median on a noisy machine.
+    rn, rg = per_round[title]
+    fmt = lambda rs, i, f: " ".join(f.format(r[i]) for r in rs)
+    print(f"rounds req/s: nginx {fmt(rn, 0, '{:.0f}')} | gateway {fmt(rg, 0, '{:.0f}')}")
+    print(f"rounds p99 ms: nginx {fmt(rn, 2, '{:.2f}')} | gateway {fmt(rg, 2, '{:.2f}')}")
+    more = sum(b[0] >= a[0] for a, b in zip(rn, rg))
+    lower = sum(b[2] <= a[2] for a, b in zip(rn, rg))
+    print(f"gateway ahead in {more}/{len(rn)} rounds on throughput, p99 no worse in {lower}/{len(rn)}")
 PY
