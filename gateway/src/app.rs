@@ -83,12 +83,17 @@ pub fn metrics_app(state: AppState) -> Router {
 /// Bounded admission: at most `--max-outstanding` requests inside the gateway; beyond it 429
 /// with `Retry-After`, at once.
 async fn admit(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    admitted(&state, next.run(req)).await
+}
+
+/// Run `work` under admission, counted in `gateway_outstanding`; 429 at once when full.
+async fn admitted(state: &AppState, work: impl Future<Output = Response>) -> Response {
     match state.admission.try_acquire() {
         Ok(_permit) => {
             let _counted = Outstanding::new(&state.pools.ctx().metrics.outstanding);
-            next.run(req).await
+            work.await
         }
-        Err(_) => overloaded(&state),
+        Err(_) => overloaded(state),
     }
 }
 
@@ -113,13 +118,7 @@ where
     B: HttpBody<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    match state.admission.try_acquire() {
-        Ok(_permit) => {
-            let _counted = Outstanding::new(&state.pools.ctx().metrics.outstanding);
-            predict(state, state.default_pool(), req).await
-        }
-        Err(_) => overloaded(state),
-    }
+    admitted(state, predict(state, state.default_pool(), req)).await
 }
 
 /// Counts a request in `gateway_outstanding` while it lives, also when the client goes away.

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::endpoint::{Endpoint, Health};
 use crate::error::GatewayError;
-use crate::metrics::{RequestLabels, RetryLabels, WorkerLabels};
+use crate::metrics::{RequestLabels, RetryLabels};
 use crate::pool::Pool;
 use crate::upstream::{Answer, Outgoing};
 
@@ -130,7 +130,7 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
         ep.penalize(cfg.rtt_decay);
         if ep.record_failure(cfg.eject_after) {
             tracing::warn!(pool = %ep.pool, worker = %ep.url, reason, "worker ejected after consecutive failures");
-            ctx.metrics.ejections.get_or_create(&WorkerLabels { pool: ep.pool.clone(), worker: ep.url.clone() }).inc();
+            ctx.metrics.ejections.get_or_create(&ep.labels).inc();
         }
     };
     match result {

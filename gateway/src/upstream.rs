@@ -209,31 +209,29 @@ impl Connection {
     }
 
     async fn read_head(&mut self, method: &Method) -> Result<Head, Failed> {
-        let mut got_any = false;
+        let mut interim = false;
         loop {
-            if !self.rbuf.is_empty() {
-                got_any = true;
-                match parse_head(&self.rbuf, method)? {
-                    Some((len, head)) => {
-                        self.rbuf.advance(len);
-                        match head {
-                            Some(head) => return Ok(head),
-                            None => continue, // an interim 1xx answer
-                        }
+            match parse_head(&self.rbuf, method)? {
+                Some((len, head)) => {
+                    self.rbuf.advance(len);
+                    match head {
+                        Some(head) => return Ok(head),
+                        None => interim = true,
                     }
-                    None if self.rbuf.len() > MAX_HEAD_BYTES => {
-                        return Err(Failed::Sent(format!("answer head larger than {MAX_HEAD_BYTES} bytes")));
-                    }
-                    None => {}
+                    continue;
                 }
+                None if self.rbuf.len() > MAX_HEAD_BYTES => {
+                    return Err(Failed::Sent(format!("answer head larger than {MAX_HEAD_BYTES} bytes")));
+                }
+                None => {}
             }
-            match self.fill().await {
-                Ok(0) | Err(_) if self.reused && !got_any => {
-                    return Err(Failed::Stale("keep-alive connection closed by the worker".to_owned()));
-                }
-                Ok(0) => return Err(Failed::Sent("connection closed before the answer was complete".to_owned())),
-                Ok(_) => {}
-                Err(e) => return Err(Failed::Sent(format!("reading the answer: {e}"))),
+            let nothing_yet = self.reused && !interim && self.rbuf.is_empty();
+            if let Err(e) = self.read_more().await {
+                return Err(if nothing_yet {
+                    Failed::Stale("keep-alive connection closed by the worker".to_owned())
+                } else {
+                    e
+                });
             }
         }
     }
@@ -248,9 +246,7 @@ impl Connection {
 
     async fn read_length(&mut self, n: u64, max_bytes: usize) -> Result<Bytes, Failed> {
         let n = usize::try_from(n).ok().filter(|&n| n <= max_bytes).ok_or_else(|| too_large(max_bytes))?;
-        if self.rbuf.capacity() < n {
-            self.rbuf.reserve(n - self.rbuf.len().min(n));
-        }
+        self.rbuf.reserve(n.saturating_sub(self.rbuf.len()));
         while self.rbuf.len() < n {
             self.read_more().await?;
         }
@@ -419,27 +415,24 @@ impl Upstream {
     /// Send `out` and read the answer, at most `max_bytes` of body.
     pub async fn request(&self, out: Outgoing<'_>, max_bytes: usize) -> Result<Answer, Error> {
         let host = self.authority.as_str();
-        if let Some(mut conn) = self.checkout() {
+        let mut conn = match self.checkout() {
+            Some(conn) => conn,
+            None => self.connect().await?,
+        };
+        loop {
             match conn.exchange(&out, host, max_bytes).await {
                 Ok((answer, keep_alive)) => {
                     self.checkin(conn, keep_alive);
                     return Ok(answer);
                 }
+                // Only a reused connection is stale, so this sends once more at most.
                 Err(Failed::Stale(detail)) => {
                     tracing::debug!(worker = %self.authority, detail, "idle connection was closed; sending on a new one");
+                    conn = self.connect().await?;
                 }
                 Err(Failed::NotSent(detail)) => return Err(Error::Connect(detail)),
                 Err(Failed::Sent(detail)) => return Err(Error::Exchange(detail)),
             }
-        }
-        let mut conn = self.connect().await?;
-        match conn.exchange(&out, host, max_bytes).await {
-            Ok((answer, keep_alive)) => {
-                self.checkin(conn, keep_alive);
-                Ok(answer)
-            }
-            Err(Failed::Stale(detail) | Failed::NotSent(detail)) => Err(Error::Connect(detail)),
-            Err(Failed::Sent(detail)) => Err(Error::Exchange(detail)),
         }
     }
 
