@@ -211,19 +211,22 @@ impl Connection {
     async fn read_head(&mut self, method: &Method) -> Result<Head, Failed> {
         let mut interim = false;
         loop {
-            match parse_head(&self.rbuf, method)? {
-                Some((len, head)) => {
-                    self.rbuf.advance(len);
-                    match head {
-                        Some(head) => return Ok(head),
-                        None => interim = true,
+            // Nothing to parse before the first read (the usual case: the answer is not there yet).
+            if !self.rbuf.is_empty() {
+                match parse_head(&self.rbuf, method)? {
+                    Some((len, head)) => {
+                        self.rbuf.advance(len);
+                        match head {
+                            Some(head) => return Ok(head),
+                            None => interim = true,
+                        }
+                        continue;
                     }
-                    continue;
+                    None if self.rbuf.len() > MAX_HEAD_BYTES => {
+                        return Err(Failed::Sent(format!("answer head larger than {MAX_HEAD_BYTES} bytes")));
+                    }
+                    None => {}
                 }
-                None if self.rbuf.len() > MAX_HEAD_BYTES => {
-                    return Err(Failed::Sent(format!("answer head larger than {MAX_HEAD_BYTES} bytes")));
-                }
-                None => {}
             }
             let nothing_yet = self.reused && !interim && self.rbuf.is_empty();
             if let Err(e) = self.read_more().await {
