@@ -11,8 +11,8 @@
 //!   requests when the snapshot was taken, i.e. the load other gateways put on it (0 when the
 //!   telemetry is stale: it would be a guess);
 //! * `rtt_estimate`: peak-EWMA of the worker's response time, starting at `--default-rtt` for a
-//!   new worker (the floor linkerd uses so that a new endpoint is not flooded before it has
-//!   answered once).
+//!   new worker or one ready again (the floor linkerd uses so that a new endpoint is not flooded
+//!   before it has answered once), decaying towards zero while unused (so it is tried again).
 //!
 //! Why not tower's `Balance` service itself: it is driven through `&mut self` (so it needs a
 //! `Buffer` task in front, a channel hop and one task serialising every pick), it cannot exclude
@@ -86,6 +86,7 @@ mod tests {
                     "p",
                     &format!("http://127.0.0.1:{}", 1000 + i),
                     Duration::from_millis(30),
+                    Duration::from_secs(10),
                     4,
                     Arc::default(),
                     &Metrics::default(),
@@ -128,8 +129,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn traffic_spreads_over_equal_workers() {
+    // Paused clock: equal workers have equal (undecayed) latency estimates.
+    #[tokio::test(start_paused = true)]
+    async fn traffic_spreads_over_equal_workers() {
         let e = eps(4);
         let mut rng = StdRng::seed_from_u64(3);
         let mut counts = [0usize; 4];

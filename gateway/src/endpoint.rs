@@ -72,7 +72,9 @@ impl Snapshot {
 }
 
 /// Peak-EWMA latency estimate (tower's `load::PeakEwma`): jumps up to a slower sample at once,
-/// decays towards faster ones with time constant `decay`.
+/// moves towards faster ones with time constant `decay`, and without samples decays towards zero,
+/// so that a worker nobody picks (new, or slow once) is tried again after a while instead of
+/// being starved while the others are lightly loaded.
 #[derive(Debug, Clone, Copy)]
 pub struct PeakEwma {
     pub estimate_s: f64,
@@ -80,15 +82,26 @@ pub struct PeakEwma {
 }
 
 impl PeakEwma {
+    fn weight(&self, now: Instant, decay: Duration) -> f64 {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        (-elapsed / decay.as_secs_f64().max(1e-9)).exp()
+    }
+
+    /// The estimate at `now`: the last one, decayed towards zero since it was updated.
+    pub fn at(&self, now: Instant, decay: Duration) -> f64 {
+        self.estimate_s * self.weight(now, decay)
+    }
+
     pub fn observe(&mut self, rtt: Duration, now: Instant, decay: Duration) {
         let rtt = rtt.as_secs_f64();
-        if rtt > self.estimate_s {
-            self.estimate_s = rtt;
-        } else {
-            let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
-            let w = (-elapsed / decay.as_secs_f64().max(1e-9)).exp();
-            self.estimate_s = self.estimate_s * w + rtt * (1.0 - w);
-        }
+        let w = self.weight(now, decay);
+        self.estimate_s = if rtt > self.estimate_s * w { rtt } else { self.estimate_s * w + rtt * (1.0 - w) };
+        self.updated = now;
+    }
+
+    /// Start again from at least `floor` (a worker that becomes ready).
+    pub fn restart(&mut self, floor: Duration, now: Instant, decay: Duration) {
+        self.estimate_s = self.at(now, decay).max(floor.as_secs_f64());
         self.updated = now;
     }
 }
@@ -104,6 +117,8 @@ pub struct Endpoint {
     failures: AtomicU32,
     outstanding: AtomicU64,
     rtt: Mutex<PeakEwma>,
+    default_rtt: Duration,
+    rtt_decay: Duration,
     snapshot: Mutex<Option<Snapshot>>,
     /// Last pressure computed from fresh telemetry: held while telemetry is stale.
     held_pressure: Mutex<Option<f64>>,
@@ -138,6 +153,7 @@ impl Endpoint {
         pool: &str,
         url: &str,
         default_rtt: Duration,
+        rtt_decay: Duration,
         max_idle_connections: usize,
         ready_notify: Arc<Notify>,
         metrics: &Metrics,
@@ -157,6 +173,8 @@ impl Endpoint {
             failures: AtomicU32::new(0),
             outstanding: AtomicU64::new(0),
             rtt: Mutex::new(PeakEwma { estimate_s: default_rtt.as_secs_f64(), updated: Instant::now() }),
+            default_rtt,
+            rtt_decay,
             snapshot: Mutex::new(None),
             held_pressure: Mutex::new(None),
             ready_notify,
@@ -179,6 +197,11 @@ impl Endpoint {
         if h == Health::Ready {
             self.failures.store(0, Ordering::Release);
             if prev != Health::Ready as u8 {
+                // Back (or new): no latency estimate that decayed while it was out may let
+                // every pick flood it before its first answer.
+                if let Ok(mut e) = self.rtt.lock() {
+                    e.restart(self.default_rtt, Instant::now(), self.rtt_decay);
+                }
                 self.ready_notify.notify_waiters();
             }
         }
@@ -204,28 +227,29 @@ impl Endpoint {
     }
 
     /// Record a success: the consecutive-failure count starts over.
-    pub fn record_success(&self, rtt: Duration, decay: Duration) {
+    pub fn record_success(&self, rtt: Duration) {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Release);
         }
-        self.observe_rtt(rtt, decay);
+        self.observe_rtt(rtt);
     }
 
-    pub fn observe_rtt(&self, rtt: Duration, decay: Duration) {
+    pub fn observe_rtt(&self, rtt: Duration) {
         if let Ok(mut e) = self.rtt.lock() {
-            e.observe(rtt, Instant::now(), decay);
+            e.observe(rtt, Instant::now(), self.rtt_decay);
         }
     }
 
     /// A fast refusal (429) must not look like a fast worker: raise the estimate as if the
     /// request had taken twice the current estimate.
-    pub fn penalize(&self, decay: Duration) {
+    pub fn penalize(&self) {
         let est = self.rtt_estimate_s();
-        self.observe_rtt(Duration::from_secs_f64(est * 2.0), decay);
+        self.observe_rtt(Duration::from_secs_f64(est * 2.0));
     }
 
+    /// The balancer's latency estimate now (seconds).
     pub fn rtt_estimate_s(&self) -> f64 {
-        self.rtt.lock().map(|e| e.estimate_s).unwrap_or(0.0)
+        self.rtt.lock().map(|e| e.at(Instant::now(), self.rtt_decay)).unwrap_or(0.0)
     }
 
     pub fn outstanding(&self) -> u64 {
@@ -300,6 +324,7 @@ mod tests {
                 "p",
                 "http://127.0.0.1:9/",
                 Duration::from_millis(30),
+                Duration::from_secs(10),
                 4,
                 Arc::default(),
                 &Metrics::default(),
@@ -321,7 +346,7 @@ mod tests {
         e.set_health(Health::Ready);
         assert!(!e.record_failure(3));
         assert!(!e.record_failure(3));
-        e.record_success(Duration::from_millis(1), Duration::from_secs(1));
+        e.record_success(Duration::from_millis(1));
         assert!(!e.record_failure(3));
         assert!(!e.record_failure(3));
         assert!(e.record_failure(3));
@@ -351,5 +376,28 @@ mod tests {
         tokio::time::advance(Duration::from_secs(10)).await;
         e.observe(Duration::from_millis(10), Instant::now(), Duration::from_secs(10));
         assert!(e.estimate_s < 0.100 && e.estimate_s > 0.010, "{}", e.estimate_s);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unused_estimate_decays_towards_zero_and_restarts_at_the_default() {
+        let e = ep();
+        e.set_health(Health::Ready);
+        e.observe_rtt(Duration::from_millis(200));
+        let peak = e.rtt_estimate_s();
+        assert!((peak - 0.200).abs() < 1e-9, "{peak}");
+        // No samples for one decay time: down by a factor e, and further with time.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let later = e.rtt_estimate_s();
+        assert!((later - 0.200 / std::f64::consts::E).abs() < 1e-6, "{later}");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(e.rtt_estimate_s() < 0.001, "an idle worker becomes worth trying again");
+        // Out and back: it restarts no lower than the default, so it is not flooded.
+        e.set_health(Health::NotReady);
+        e.set_health(Health::Ready);
+        assert!((e.rtt_estimate_s() - 0.030).abs() < 1e-9, "{}", e.rtt_estimate_s());
+        // A peak above a decayed estimate counts in full.
+        tokio::time::advance(Duration::from_secs(30)).await;
+        e.observe_rtt(Duration::from_millis(5));
+        assert!((e.rtt_estimate_s() - 0.005).abs() < 1e-9, "{}", e.rtt_estimate_s());
     }
 }

@@ -133,6 +133,7 @@ impl Pool {
                 &self.name,
                 url,
                 self.ctx.config.default_rtt,
+                self.ctx.config.rtt_decay,
                 self.ctx.config.pool_max_idle_per_host,
                 Arc::clone(&self.ready_notify),
                 &self.ctx.metrics,

@@ -127,7 +127,7 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
     let result = tokio::time::timeout_at(deadline, ep.upstream.request(out, MAX_RESPONSE_BYTES)).await;
     let failed = |reason: &str| {
         // A failure must not make the worker look fast: raise its latency estimate.
-        ep.penalize(cfg.rtt_decay);
+        ep.penalize();
         if ep.record_failure(cfg.eject_after) {
             tracing::warn!(pool = %ep.pool, worker = %ep.url, reason, "worker ejected after consecutive failures");
             ctx.metrics.ejections.get_or_create(&ep.labels).inc();
@@ -161,11 +161,11 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming, deadline: Inst
                 };
             }
             if status == StatusCode::TOO_MANY_REQUESTS {
-                ep.penalize(cfg.rtt_decay);
+                ep.penalize();
             } else if status.is_server_error() {
                 failed("server error");
             } else {
-                ep.record_success(sent.elapsed(), cfg.rtt_decay);
+                ep.record_success(sent.elapsed());
             }
             let mut resp = Response::new(Body::from(body));
             *resp.status_mut() = status;

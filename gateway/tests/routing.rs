@@ -261,3 +261,24 @@ async fn killed_worker_costs_no_request() {
     }
     assert_eq!(failed, 0, "requests inside the killed worker were retried on another");
 }
+
+#[tokio::test]
+async fn the_deadline_answers_504_and_is_not_retried() {
+    let a = FakeWorker::start("a").await;
+    let b = FakeWorker::start("b").await;
+    let mut cfg = config(&[&a, &b]);
+    cfg.request_timeout = Duration::from_millis(300);
+    let gw = TestGateway::start(cfg).await;
+    gw.wait_ready("default", 2).await;
+    // Both workers take far longer than the deadline.
+    a.set_delay(20_000);
+    b.set_delay(20_000);
+    let started = std::time::Instant::now();
+    let r = post(&client(), &format!("{}/predict", gw.url), "{}").await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(r.body["error_type"], "timeout");
+    assert!(started.elapsed() < Duration::from_secs(10), "answered at the deadline, not the worker's pace");
+    assert_eq!(a.arrivals() + b.arrivals(), 1, "a request a worker started is not sent again");
+    let text = get(&client(), &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    assert!(text.contains("outcome=\"timeout\""), "{text}");
+}

@@ -46,6 +46,8 @@ pub struct FakeState {
     /// GPU utilization reported (percent); `u64::MAX` = unavailable.
     pub gpu_pct: AtomicU64,
     pub predicts: AtomicU64,
+    /// `/predict` requests received, whatever became of them.
+    pub arrivals: AtomicU64,
     /// `/predict` requests refused (draining or overloaded).
     pub refusals: AtomicU64,
 }
@@ -72,6 +74,7 @@ impl FakeWorker {
             reported_queue: AtomicU64::new(0),
             gpu_pct: AtomicU64::new(u64::MAX),
             predicts: AtomicU64::new(0),
+            arrivals: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
         });
         let st = Arc::clone(&state);
@@ -103,6 +106,10 @@ impl FakeWorker {
 
     pub fn predicts(&self) -> u64 {
         self.state.predicts.load(Ordering::SeqCst)
+    }
+
+    pub fn arrivals(&self) -> u64 {
+        self.state.arrivals.load(Ordering::SeqCst)
     }
 
     /// Close the listener and every connection at once.
@@ -152,6 +159,7 @@ async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Resu
             Ok(json(StatusCode::OK, stats(&st.name, q, st.gpu_pct.load(Ordering::SeqCst), mode == Mode::Draining)))
         }
         "/predict" => {
+            st.arrivals.fetch_add(1, Ordering::SeqCst);
             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let delay = st.delay_ms.load(Ordering::SeqCst);
             if delay > 0 {
