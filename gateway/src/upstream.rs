@@ -25,6 +25,15 @@
 //! been idle too long. A request sent on a reused connection that ends before a single byte of
 //! answer (the worker closed it while the request was on its way: the keep-alive race) is sent
 //! again once on a new connection to the same worker; the worker cannot have answered it.
+//!
+//! Checked against hyper's client: `tests/upstream_vs_hyper.rs` generates worker answers (valid
+//! and broken framing, odd spelling and spacing, interim answers, HTTP/1.0, pieces of random
+//! size) and requires the same outcome and the same keep-alive decisions from both (600 cases in
+//! the test suite; 20,000 clean with `UPSTREAM_CASES=20000`). One difference is by design: bytes
+//! a worker sends after a complete answer, arriving after the answer was read, are found at the
+//! next request on that connection (an exchange error, which the proxy retries on another
+//! worker), where hyper finds them while the connection is idle; watching idle connections would
+//! cost a syscall per request, for a worker that breaks the protocol.
 
 use std::io::Write as _;
 use std::sync::Mutex;
@@ -365,9 +374,7 @@ fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(usize, Option<Head>
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            let n = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
+            let n = content_length_value(h.value)
                 .ok_or_else(|| Failed::Sent("invalid Content-Length in the answer".to_owned()))?;
             if content_length.is_some_and(|c| c != n) {
                 return Err(Failed::Sent("conflicting Content-Length headers in the answer".to_owned()));
@@ -392,6 +399,9 @@ fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(usize, Option<Head>
     let mut keep_alive = if http11 { !close } else { keep_alive_token && !close };
     let framing = if *method == Method::HEAD || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         Framing::Empty
+    } else if transfer_encoding && !http11 {
+        // HTTP/1.0 has no transfer codings: "faulty framing" (RFC 9112 6.1), as hyper has it.
+        return Err(Failed::Sent("Transfer-Encoding in an HTTP/1.0 answer".to_owned()));
     } else if transfer_encoding {
         // With both, Transfer-Encoding wins and the connection is not reused (RFC 9112 6.3).
         if content_length.is_some() {
@@ -404,6 +414,23 @@ fn parse_head(buf: &[u8], method: &Method) -> Result<Option<(usize, Option<Head>
         Framing::UntilClose
     };
     Ok(Some((len, Some(Head { status, content_type, retry_after, framing, keep_alive }))))
+}
+
+/// A `Content-Length` value: digits only (no sign), or a list of the same value repeated
+/// (RFC 9110 8.6: `42, 42` is accepted, as hyper does).
+fn content_length_value(value: &[u8]) -> Option<u64> {
+    let mut length = None;
+    for item in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+        if item.is_empty() || !item.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = std::str::from_utf8(item).ok()?.parse::<u64>().ok()?;
+        if length.is_some_and(|l| l != n) {
+            return None;
+        }
+        length = Some(n);
+    }
+    length
 }
 
 fn too_large(max_bytes: usize) -> Failed {
@@ -674,6 +701,16 @@ mod tests {
             let e = get(&u).await.unwrap_err();
             assert!(!e.is_connect(), "{e}");
             assert_eq!(u.idle_count(), 0);
+        }
+    }
+
+    #[test]
+    fn content_lengths_are_digits_or_a_list_of_one_value() {
+        assert_eq!(content_length_value(b"42"), Some(42));
+        assert_eq!(content_length_value(b"007"), Some(7));
+        assert_eq!(content_length_value(b"42, 42"), Some(42));
+        for bad in [&b""[..], b"+42", b"-1", b"4 2", b"42, 43", b"42,", b"0x10", b"99999999999999999999999"] {
+            assert_eq!(content_length_value(bad), None, "{}", String::from_utf8_lossy(bad));
         }
     }
 
