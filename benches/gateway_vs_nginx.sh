@@ -92,19 +92,42 @@ for p in $(pgrep -f "nginx: worker process" -P "$(cat "$out/nginx.pid")") "${pid
   [ "$got" = "$want" ] || { echo "process $p has CPU mask $got, not $want" >&2; exit 1; }
 done
 
-# wrk -> "rps p50_ms p99_ms errors"
+nginx_workers=$(pgrep -f "nginx: worker process" -P "$(cat "$out/nginx.pid")" | tr '\n' ' ')
+gateway_pid=${pids[1]}
+
+# "user system" CPU time (clock ticks) of processes, summed.
+cpu_ticks() {
+  local user=0 sys=0 p
+  for p in "$@"; do
+    read -r u s < <(awk '{print $14, $15}' "/proc/$p/stat")
+    user=$((user + u)); sys=$((sys + s))
+  done
+  echo "$user $sys"
+}
+
+# wrk -> "rps p50_ms p99_ms errors user_us sys_us": the CPU the given proxy processes spent per
+# request in their own code (user) and in the kernel (system: mostly loopback TCP, alike for
+# both proxies). At saturation user + system = 1 / throughput per core; the user part is what
+# the proxy's own code costs.
 measure() {
-  local url=$1 conns=$2
+  local url=$1 conns=$2; shift 2
+  local before after
+  before=$(cpu_ticks "$@")
   taskset -c "$LOAD_CORE" wrk -t1 -c"$conns" -d"$DURATION" --latency "$url" >"$out/wrk.txt"
-  python3 - "$out/wrk.txt" <<'PY'
+  after=$(cpu_ticks "$@")
+  python3 - "$out/wrk.txt" "$before" "$after" "$(getconf CLK_TCK)" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
+(u0, s0), (u1, s1) = (map(int, a.split()) for a in sys.argv[2:4])
+hz = int(sys.argv[4])
+total = int(re.search(r"(\d+) requests in", t).group(1))
 def ms(v, u):
     return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[u]
 p = {k: ms(v, u) for k, v, u in re.findall(r"^\s+(50|99)(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", t, re.M)}
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
 err = sum(int(x) for x in re.findall(r"(?:Non-2xx or 3xx responses|Socket errors:.*?timeout)\D+(\d+)", t))
-print(f"{rps:.0f} {p['50']:.3f} {p['99']:.3f} {err}")
+per = lambda ticks: ticks / hz * 1e6 / total if total else 0.0
+print(f"{rps:.0f} {p['50']:.3f} {p['99']:.3f} {err} {per(u1 - u0):.2f} {per(s1 - s0):.2f}")
 PY
 }
 
@@ -123,8 +146,9 @@ for load in light heavy; do
   d=(); n=(); g=()
   for _ in $(seq 1 "$REPEAT"); do
     d+=("$(measure "http://$upstream/predict?query=hello" "$conns")")
-    n+=("$(measure "http://127.0.0.1:$nginx_port/predict?query=hello" "$conns")")
-    g+=("$(measure "http://$gateway/predict?query=hello" "$conns")")
+    # shellcheck disable=SC2086
+    n+=("$(measure "http://127.0.0.1:$nginx_port/predict?query=hello" "$conns" $nginx_workers)")
+    g+=("$(measure "http://$gateway/predict?query=hello" "$conns" "$gateway_pid")")
   done
   R[direct_$load]=$(median "${d[@]}")
   R[nginx_$load]=$(median "${n[@]}")
@@ -149,13 +173,17 @@ print(f"load average (1/5/15 min) before: {lb}, after: {la}")
 for title, block, c in (("light load", rows[0:3], light), ("max throughput", rows[3:6], heavy)):
     d = block[0]
     print(f"\n{title} ({c} connections)")
-    print(f"{'target':8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'errors':>6}")
+    print(f"{'target':8} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'errors':>6}"
+          f" {'user us/req':>11} {'sys us/req':>10}")
     for n, r in zip(names, block):
         add50 = "" if n == "direct" else f"{r[1]-d[1]:8.3f}"
         add99 = "" if n == "direct" else f"{r[2]-d[2]:8.3f}"
-        print(f"{n:8} {r[0]:9.0f} {r[1]:8.3f} {r[2]:8.3f} {add50:>8} {add99:>8} {int(r[3]):6d}")
+        user = "" if n == "direct" else f"{r[4]:11.2f}"
+        sys_ = "" if n == "direct" else f"{r[5]:10.2f}"
+        print(f"{n:8} {r[0]:9.0f} {r[1]:8.3f} {r[2]:8.3f} {add50:>8} {add99:>8} {int(r[3]):6d} {user:>11} {sys_:>10}")
     g, n = block[2], block[1]
-    print(f"gateway/nginx: throughput x{g[0]/n[0]:.2f}, p50 x{g[1]/n[1]:.2f}, p99 x{g[2]/n[2]:.2f}"
+    print(f"gateway/nginx: throughput x{g[0]/n[0]:.2f}, p50 x{g[1]/n[1]:.2f}, p99 x{g[2]/n[2]:.2f},"
+          f" user CPU per request x{g[4]/n[4]:.2f}"
           f"  (per proxy core: nginx {n[0]/int(cores):.0f} req/s, gateway {g[0]/int(cores):.0f} req/s)")
     # Round by round (each round ran nginx then the gateway back to back): the spread, and how
     # often the gateway was ahead, which says more than one median on a noisy machine.
@@ -163,6 +191,7 @@ for title, block, c in (("light load", rows[0:3], light), ("max throughput", row
     fmt = lambda rs, i, f: " ".join(f.format(r[i]) for r in rs)
     print(f"rounds req/s: nginx {fmt(rn, 0, '{:.0f}')} | gateway {fmt(rg, 0, '{:.0f}')}")
     print(f"rounds p99 ms: nginx {fmt(rn, 2, '{:.2f}')} | gateway {fmt(rg, 2, '{:.2f}')}")
+    print(f"rounds user us/req: nginx {fmt(rn, 4, '{:.2f}')} | gateway {fmt(rg, 4, '{:.2f}')}")
     more = sum(b[0] >= a[0] for a, b in zip(rn, rg))
     lower = sum(b[2] <= a[2] for a, b in zip(rn, rg))
     print(f"gateway ahead in {more}/{len(rn)} rounds on throughput, p99 no worse in {lower}/{len(rn)}")
