@@ -42,23 +42,12 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$out"; }
 trap cleanup EXIT
 
-# Start a process that prints `listening on http://ADDR`; sets $addr.
-start() {
-  local log=$1; shift
-  "$@" >"$log" 2>"$log.err" &
-  pids+=($!)
-  for _ in $(seq 1 200); do
-    addr=$(sed -n 's#^listening on http://##p' "$log" | head -n1)
-    [ -n "$addr" ] && return 0
-    sleep 0.05
-  done
-  echo "no listening line from $*" >&2; cat "$log.err" >&2; exit 1
-}
-
-start "$out/upstream.log" taskset -c "$LOAD_CORE" "$bin/examples/trivial_upstream" 127.0.0.1:0
-upstream=$addr
-start "$out/gateway.log" taskset -c "$PROXY_CORE" "$GATEWAY_BIN" --listen 127.0.0.1:0 --worker "http://$upstream" --log warn
-gateway=$addr
+. scripts/lib/start.sh
+start_listening "$out/upstream" taskset -c "$LOAD_CORE" "$bin/examples/trivial_upstream" 127.0.0.1:0
+upstream=${started_url#http://}
+start_listening "$out/gateway" taskset -c "$PROXY_CORE" "$GATEWAY_BIN" --listen 127.0.0.1:0 --worker "http://$upstream" --log warn
+gateway=${started_url#http://}
+gateway_pid=$started_pid
 
 proxy_cores=$(taskset -c "$PROXY_CORE" python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
 nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -87,13 +76,12 @@ for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$nginx_port/predict" >/dev/
 for _ in $(seq 1 100); do curl -fs "http://$gateway/predict?query=hi" >/dev/null 2>&1 && break; sleep 0.05; done
 # Every proxy process must be on the proxy cores only.
 want=$(taskset -c "$PROXY_CORE" sh -c 'taskset -p $$' | awk '{print $NF}')
-for p in $(pgrep -f "nginx: worker process" -P "$(cat "$out/nginx.pid")") "${pids[1]}"; do
+for p in $(pgrep -f "nginx: worker process" -P "$(cat "$out/nginx.pid")") "$gateway_pid"; do
   got=$(taskset -p "$p" | awk '{print $NF}')
   [ "$got" = "$want" ] || { echo "process $p has CPU mask $got, not $want" >&2; exit 1; }
 done
 
 nginx_workers=$(pgrep -f "nginx: worker process" -P "$(cat "$out/nginx.pid")" | tr '\n' ' ')
-gateway_pid=${pids[1]}
 
 # "user system" CPU time (clock ticks) of processes, summed.
 cpu_ticks() {

@@ -90,23 +90,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start NAME CMD...: runs CMD pinned to SERVER_CPU, waits for `listening on http://ADDR`; sets
-# $started_pid and $started_url.
+. scripts/lib/start.sh
+# start NAME CMD...: runs CMD pinned to SERVER_CPU until it listens; sets $started_pid and
+# $started_url.
 start() {
   local name=$1; shift
-  taskset -c "$SERVER_CPU" "$@" >"$run_dir/$name.stdout" 2>"$run_dir/$name.stderr" &
-  started_pid=$!
-  pids+=("$started_pid")
-  for _ in $(seq 600); do
-    if grep -q '^listening on ' "$run_dir/$name.stdout"; then
-      started_url=$(sed -n 's/^listening on //p' "$run_dir/$name.stdout" | head -n1)
-      log "$name (pid $started_pid) on $started_url"
-      return
-    fi
-    kill -0 "$started_pid" 2>/dev/null || { cat "$run_dir/$name.stderr" >&2; echo "$name exited" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "$name did not start within 60 s" >&2; exit 1
+  start_listening "$run_dir/$name" taskset -c "$SERVER_CPU" "$@"
+  log "$name (pid $started_pid) on $started_url"
 }
 
 # The worker: ONNX Runtime with THREADS intra-op threads. Batching: a batch holds at most

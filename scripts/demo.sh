@@ -25,19 +25,13 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# start NAME CMD...: runs CMD in the background and waits for its "listening on URL" line.
+. scripts/lib/start.sh
+# start NAME CMD...: runs CMD in the background and waits until it listens; sets $url.
 start() {
   local name=$1; shift
-  "$@" >"$work/$name.out" 2>"$work/$name.log" &
-  pids+=($!)
-  local pid=$!
-  for _ in $(seq 1 600); do
-    url=$(sed -n 's/^listening on //p' "$work/$name.out" | head -n 1)
-    if [ -n "$url" ]; then echo "$name: $url (pid $pid)"; return 0; fi
-    if ! kill -0 "$pid" 2>/dev/null; then echo "$name failed to start:"; cat "$work/$name.log"; exit 1; fi
-    sleep 0.1
-  done
-  echo "$name did not start within 60 s"; exit 1
+  start_listening "$work/$name" "$@"
+  url=$started_url
+  echo "$name: $url (pid $started_pid)"
 }
 
 echo "== starting two workers (CPU, int8 model) and a gateway"

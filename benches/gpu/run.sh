@@ -7,9 +7,10 @@
 #
 # Then the gateway in front of one GPU worker: load through it while reading its scaling signal.
 #
-#   bash run.sh APP_DIR MODEL_DIR OUT_DIR
+#   bash benches/gpu/run.sh APP_DIR MODEL_DIR OUT_DIR    (from the repository root)
 set -euo pipefail
 app=${1:?app dir}; model=${2:?model dir}; out=${3:?out dir}
+. "$(dirname "$0")/../../scripts/lib/start.sh"
 . /tmp/gpu/env.sh
 mkdir -p "$out"
 conc=${CONCURRENCY:-1,8,32,128,512}
@@ -20,15 +21,8 @@ nproc | sed 's/^/cpus: /'
 
 start_worker() { # name, extra args...
   local name=$1; shift
-  "$app/worker" --listen 127.0.0.1:0 --ort-lib "$ORT_DYLIB_PATH" "$@" >"$out/$name.stdout" 2>"$out/$name.stderr" &
-  wpid=$!
-  for _ in $(seq 1 600); do
-    addr=$(sed -n 's/^listening on //p' "$out/$name.stdout")
-    [ -n "$addr" ] && return 0
-    kill -0 $wpid 2>/dev/null || { echo "worker $name died:"; cat "$out/$name.stderr"; return 1; }
-    sleep 0.1
-  done
-  echo "worker $name did not start"; return 1
+  start_listening "$out/$name" "$app/worker" --listen 127.0.0.1:0 --ort-lib "$ORT_DYLIB_PATH" "$@"
+  addr=$started_url wpid=$started_pid
 }
 
 sample_stats() { # url, file: one /v1/stats line every 250 ms until killed
@@ -82,7 +76,8 @@ via_gateway() { # concurrencies
   start_worker gw-worker --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
     --queue-capacity 8192
   local waddr=$addr wp=$wpid
-  start_gateway
+  start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 --worker "$waddr" --stats-interval 250ms
+  local gaddr=$started_url gp=$started_pid
   echo "== gateway $gaddr -> worker $waddr (cuda:0)"
   IFS=, read -ra cs <<<"$1"
   for c in "${cs[@]}"; do
@@ -95,17 +90,6 @@ via_gateway() { # concurrencies
   curl -s "$gaddr/v1/pools" >"$out/pools.json"
   curl -s "$gaddr/metrics" | grep -E '^gateway_(pool_signal|worker_gpu|worker_queue|worker_pressure)' | head -20
   kill -TERM $gp $wp; wait $gp $wp 2>/dev/null || true
-}
-
-start_gateway() {
-  "$app/gateway" --listen 127.0.0.1:0 --worker "$waddr" --stats-interval 250ms >"$out/gateway.stdout" 2>"$out/gateway.stderr" &
-  gp=$!
-  for _ in $(seq 1 100); do
-    gaddr=$(sed -n 's/^listening on //p' "$out/gateway.stdout")
-    [ -n "$gaddr" ] && return 0
-    sleep 0.1
-  done
-  echo "gateway did not start"; cat "$out/gateway.stderr"; return 1
 }
 
 if [ "${ONLY_GATEWAY:-0}" = 1 ]; then via_gateway "${GATEWAY_CONCURRENCY:-32,512}"; exit 0; fi
