@@ -2,8 +2,8 @@
 
     python queries.py DATA_DIR OUT_DIR
 
-Reads DATA_DIR/validate_<Intent>.json (`{"<Intent>": [{"data": [{"text": ...}, ...]}, ...]}`; an
-utterance is the concatenation of its `text` pieces) and writes, in one fixed shuffled order (seed 0):
+Reads the test split, DATA_DIR/validate_<Intent>.json, with the model build's own reader
+(`models/scripts/common.py`), and writes, in one fixed shuffled order (seed 0):
 
 * OUT_DIR/paths.txt: `/predict?query=<url-encoded utterance>`, one a line (for wrk);
 * OUT_DIR/utterances.jsonl: `{"intent": ..., "text": ...}`, one a line (for check.py).
@@ -15,16 +15,18 @@ import sys
 import urllib.parse
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "models" / "scripts"))
+from common import LABELS, utterances  # noqa: E402
+
 
 def main() -> None:
     data, out = Path(sys.argv[1]), Path(sys.argv[2])
-    rows = []
-    for f in sorted(data.glob("validate_*.json")):
-        for intent, examples in json.loads(f.read_text(encoding="utf-8")).items():
-            for ex in examples:
-                text = "".join(piece["text"] for piece in ex["data"]).strip()
-                if text:
-                    rows.append((intent, text))
+    rows = [
+        (intent, text.strip())
+        for intent in LABELS
+        for text in utterances(data / f"validate_{intent}.json", intent)
+        if text.strip()
+    ]
     if not rows:
         sys.exit(f"no utterances in {data}/validate_*.json")
     random.Random(0).shuffle(rows)

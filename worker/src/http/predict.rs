@@ -140,7 +140,8 @@ async fn predict(state: &AppState, call: Call) -> Result<Response, ApiError> {
     })
 }
 
-/// Tokenizes on the blocking pool, queues every query, and waits for all answers.
+/// Tokenizes (inline when short, on the blocking pool otherwise), queues every query, and waits
+/// for all answers.
 async fn run(state: &AppState, queries: &[String], admitted_at: Instant) -> Result<Vec<Vec<f32>>, ApiError> {
     let encode = |tokenizer: &tokenizers::Tokenizer, qs: &[String]| {
         qs.iter().map(|q| tokenizer.encode(q.as_str(), true)).collect::<Result<Vec<_>, _>>()
