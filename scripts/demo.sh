@@ -35,8 +35,8 @@ start() {
 }
 
 echo "== starting two workers (CPU, int8 model) and a gateway"
-start worker-a "$bin/worker" --listen 127.0.0.1:0 --threads 1; wa=$url; wa_pid=${pids[-1]}
-start worker-b "$bin/worker" --listen 127.0.0.1:0 --threads 1; wb=$url; wb_pid=${pids[-1]}
+start worker-a "$bin/worker" --listen 127.0.0.1:0 --threads 1; wa=$url; wa_pid=$started_pid
+start worker-b "$bin/worker" --listen 127.0.0.1:0 --threads 1; wb=$url; wb_pid=$started_pid
 start gateway "$bin/gateway" --listen 127.0.0.1:0 --worker "$wa" --worker "$wb" \
   --target-queue 8 --stats-interval 250ms --signal-fall 10s
 gw=$url
