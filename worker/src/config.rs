@@ -4,6 +4,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Parser;
 
+pub use crate::backend::Device;
+
 /// GPU inference worker: serves an ONNX sequence classifier over HTTP with dynamic batching.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "worker", version, about)]
@@ -103,22 +105,6 @@ impl Config {
     }
     pub fn drain_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.drain_timeout_s.max(0.0))
-    }
-}
-
-/// Where inference runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Device {
-    Cpu,
-    Cuda(u32),
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Cpu => f.write_str("cpu"),
-            Self::Cuda(n) => write!(f, "cuda:{n}"),
-        }
     }
 }
 

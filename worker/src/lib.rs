@@ -1,34 +1,40 @@
-//! The worker: HTTP layer ([`http`]), batching engine ([`batching`]) and inference backend
-//! ([`backend`]), kept apart as in text-embeddings-inference.
+//! The worker: HTTP layer ([`http`]), core ([`core`]: validation, admission, tokenizing,
+//! post-processing), batching engine ([`batching`]) and inference backend ([`backend`]), kept
+//! apart as in text-embeddings-inference. Each layer imports only the ones below it.
+//!
+//! [`build`] wires a worker around any [`Backend`] (ONNX Runtime, or the fake one in tests);
+//! [`Worker::serve`] serves it on a listener until told to stop, then drains; [`run`] is the
+//! binary's whole life.
 #![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod batching;
 pub mod config;
+pub mod core;
 pub mod http;
-pub mod load;
 pub mod metrics;
 pub mod model;
 pub mod stats;
 pub mod telemetry;
 
+use std::future::Future;
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use axum::Router;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 pub use config::Config;
 
-use crate::backend::{BackendError, OrtBackend, ShapeBuckets};
+use crate::backend::{Backend, BackendError, OrtBackend, ShapeBuckets};
 use crate::batching::Limits;
 use crate::config::Device;
-use crate::http::{AppState, Inner, RequestLimits};
-use crate::load::Load;
+use crate::core::{Core, Parts, RequestLimits};
+use crate::http::{AppState, Inner};
 use crate::metrics::{LiveCollector, Metrics};
 use crate::model::{ModelDir, ModelError};
 use crate::stats::Stats;
@@ -45,113 +51,142 @@ pub enum StartupError {
     Other(String),
 }
 
-/// Loads the model, serves until SIGTERM or SIGINT, drains, and returns.
-pub async fn run(config: Config) -> Result<(), StartupError> {
-    let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
-    tracing::info!(model = %model.model_path.display(), labels = model.labels.len(), device = %config.device, "loading");
-    let env = backend::ort::load_library(config.ort_lib.as_deref())?;
-    let backend = {
-        let (path, device, threads, n) = (model.model_path.clone(), config.device, config.threads, model.labels.len());
-        let buckets = ShapeBuckets { max_rows: config.max_batch_rows.max(1), max_seq: model.max_tokens };
-        let max_tokens = config.max_batch_tokens;
-        tokio::task::spawn_blocking(move || {
-            let backend = OrtBackend::load(&env, &path, device, threads, n)?;
-            match device {
-                Device::Cuda(_) => backend.with_shape_buckets(buckets, max_tokens),
-                Device::Cpu => Ok(backend),
-            }
-        })
-        .await
-        .map_err(|e| StartupError::Other(format!("model loading task: {e}")))??
-    };
+/// A worker built and ready to serve.
+#[derive(Debug)]
+pub struct Worker {
+    state: AppState,
+    drain_timeout: Duration,
+}
 
+/// Builds a worker for `model` around the backend that `make_backend` makes. `make_backend` runs
+/// on the backend's own thread; its error is returned here.
+pub async fn build<B, F>(config: &Config, model: ModelDir, make_backend: F) -> Result<Worker, StartupError>
+where
+    B: Backend,
+    F: FnOnce() -> Result<B, BackendError> + Send + 'static,
+{
     let batch_limits = Limits {
         max_rows: config.max_batch_rows.max(1),
         max_tokens: config.max_batch_tokens.max(1),
         max_delay: config.max_queue_delay(),
         min_fill: config.min_batch_fill(),
     };
-    let load = Arc::new(Load::new(config.queue_capacity.max(1)));
     let stats = Arc::new(Stats::new(Duration::from_secs(config.stats_window_s)));
     let gpu = telemetry::spawn_sampler(config.device, Duration::from_millis(config.gpu_sample_ms.max(10)));
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
-    registry.register_collector(Box::new(LiveCollector { load: load.clone(), limits: batch_limits, gpu: gpu.clone() }));
 
-    let (queue_tx, queue_rx) = mpsc::channel(config.queue_capacity.max(1));
-    let (batch_tx, batch_rx) = mpsc::channel(1);
-    let backend_load = Arc::new(batching::BackendLoad::default());
-    tokio::spawn(batching::task::run(
-        batch_limits,
-        queue_rx,
-        batch_tx,
-        backend_load.clone(),
-        metrics.cancelled.clone(),
-    ));
-    let observers = backend::runner::Observers {
-        load: load.clone(),
-        stats: stats.clone(),
-        metrics: metrics.clone(),
-        backend: backend_load,
+    let (loaded_tx, loaded_rx) = oneshot::channel();
+    let setup = move || match make_backend() {
+        Ok(b) => {
+            let _ = loaded_tx.send(Ok(()));
+            Some(b)
+        }
+        Err(e) => {
+            let _ = loaded_tx.send(Err(e));
+            None
+        }
     };
-    backend::spawn(backend, batch_rx, observers).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?;
-
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
-    let state = AppState::new(Inner {
-        worker_id: format!("{host}/{}", std::process::id()),
-        model: wire::ModelInfo {
-            name: model.name.clone(),
-            device: config.device.to_string(),
-            labels: model.labels.clone(),
-        },
-        labels: model.labels.into(),
-        tokenizer: Arc::new(model.tokenizer),
-        queue: queue_tx,
-        batch_limits,
+    let parts = Parts {
+        tokenizer: model.tokenizer,
+        labels: model.labels.clone(),
         limits: RequestLimits {
             max_queries: config.max_queries,
             max_query_bytes: config.max_query_bytes,
-            max_body_bytes: config.max_body_bytes,
             request_timeout: config.request_timeout(),
         },
-        load: load.clone(),
+        batch_limits,
+        queue_capacity: config.queue_capacity,
+        stats: stats.clone(),
+        metrics: metrics.clone(),
+    };
+    let core = Arc::new(Core::start(parts, setup).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?);
+    loaded_rx.await.map_err(|_| StartupError::Other("the backend thread ended while loading".into()))??;
+
+    let queue_of = core.clone();
+    registry.register_collector(Box::new(LiveCollector {
+        queue: Box::new(move || queue_of.queue_stats()),
+        gpu: gpu.clone(),
+    }));
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+    let state = AppState::new(Inner {
+        core,
+        worker_id: format!("{host}/{}", std::process::id()),
+        model: wire::ModelInfo { name: model.name, device: config.device.to_string(), labels: model.labels },
+        max_body_bytes: config.max_body_bytes,
         stats,
         metrics,
         registry: Arc::new(registry),
         gpu,
-        draining: AtomicBool::new(false),
     });
+    Ok(Worker { state, drain_timeout: config.drain_timeout() })
+}
+
+impl Worker {
+    pub fn state(&self) -> AppState {
+        self.state.clone()
+    }
+
+    /// The routes, for `oneshot` in tests or a server of one's own.
+    pub fn app(&self) -> Router {
+        http::app(self.state.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then drains: `/readyz` turns 503, new
+    /// `/predict` calls get 503, accepted work is answered (at most the drain timeout), and the
+    /// listener closes.
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), StartupError> {
+        let core = self.state.core.clone();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let server = tokio::spawn(
+            axum::serve(listener, http::app(self.state.clone()))
+                .with_graceful_shutdown(async {
+                    let _ = stop_rx.await;
+                })
+                .into_future(),
+        );
+        shutdown.await;
+        core.start_draining();
+        let deadline = Instant::now() + self.drain_timeout;
+        tracing::info!(outstanding = core.outstanding(), "draining");
+        while core.outstanding() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if core.outstanding() > 0 {
+            tracing::warn!(outstanding = core.outstanding(), "drain timeout reached with work outstanding");
+        }
+        let _ = stop_tx.send(());
+        // Responses already computed are being written; idle keep-alive connections close at once.
+        if tokio::time::timeout(Duration::from_secs(5), server).await.is_err() {
+            tracing::warn!("connections still open after drain; exiting anyway");
+        }
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Loads the model and ONNX Runtime, serves until SIGTERM or SIGINT, drains, and returns.
+pub async fn run(config: Config) -> Result<(), StartupError> {
+    let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
+    tracing::info!(model = %model.model_path.display(), labels = model.labels.len(), device = %config.device, "loading");
+    let env = backend::ort::load_library(config.ort_lib.as_deref())?;
+    let (path, device, threads, n) = (model.model_path.clone(), config.device, config.threads, model.labels.len());
+    let buckets = ShapeBuckets { max_rows: config.max_batch_rows.max(1), max_seq: model.max_tokens };
+    let max_tokens = config.max_batch_tokens;
+    let worker = build(&config, model, move || {
+        let backend = OrtBackend::load(&env, &path, device, threads, n)?;
+        match device {
+            Device::Cuda(_) => backend.with_shape_buckets(buckets, max_tokens),
+            Device::Cpu => Ok(backend),
+        }
+    })
+    .await?;
 
     let listener = TcpListener::bind(config.listen).await.map_err(|e| StartupError::Listen(config.listen, e))?;
     let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;
     announce(addr);
     tracing::info!(%addr, "ready");
-
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        axum::serve(listener, http::app(state.clone()))
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .into_future(),
-    );
-    shutdown_signal().await;
-    state.start_draining();
-    let deadline = Instant::now() + config.drain_timeout();
-    tracing::info!(outstanding = load.outstanding(), "draining");
-    while load.outstanding() > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    if load.outstanding() > 0 {
-        tracing::warn!(outstanding = load.outstanding(), "drain timeout reached with work outstanding");
-    }
-    let _ = stop_tx.send(());
-    // Responses already computed are being written; idle keep-alive connections close at once.
-    if tokio::time::timeout(Duration::from_secs(5), server).await.is_err() {
-        tracing::warn!("connections still open after drain; exiting anyway");
-    }
-    tracing::info!("stopped");
-    Ok(())
+    worker.serve(listener, shutdown_signal()).await
 }
 
 /// Tells whoever started us (tests, scripts) where we listen, once bound.

@@ -1,7 +1,5 @@
 //! Prometheus metrics. Every name and label is listed in `docs/worker.md`.
 
-use std::sync::Arc;
-
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -10,10 +8,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use wire::GpuTelemetry;
-
-use crate::batching::Limits;
-use crate::load::Load;
+use wire::{GpuTelemetry, QueueStats};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -87,11 +82,16 @@ impl Metrics {
 
 /// Gauges read at scrape time: queue depth and the latest GPU sample. GPU gauges are only
 /// written while telemetry is available: an absent series, not a zero, means "no reading".
-#[derive(Debug)]
 pub struct LiveCollector {
-    pub load: Arc<Load>,
-    pub limits: Limits,
+    /// The queue as of now.
+    pub queue: Box<dyn Fn() -> QueueStats + Send + Sync>,
     pub gpu: watch::Receiver<GpuTelemetry>,
+}
+
+impl std::fmt::Debug for LiveCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveCollector").finish_non_exhaustive()
+    }
 }
 
 fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
@@ -106,7 +106,7 @@ fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
 
 impl Collector for LiveCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let q = self.load.stats(self.limits);
+        let q = (self.queue)();
         let e = &mut encoder;
         gauge(e, "worker_queue_depth", "Admitted queries waiting for a batch", q.queued as i64)?;
         gauge(e, "worker_in_flight", "Queries in the batch being run", q.in_flight as i64)?;

@@ -9,13 +9,13 @@ use wire::QueueStats;
 use crate::batching::Limits;
 
 #[derive(Debug)]
-pub struct Load {
+pub struct Admission {
     capacity: u32,
     permits: Arc<Semaphore>,
     in_flight: AtomicU64,
 }
 
-impl Load {
+impl Admission {
     pub fn new(capacity: usize) -> Self {
         let capacity = u32::try_from(capacity).unwrap_or(u32::MAX).min(Semaphore::MAX_PERMITS as u32);
         Self { capacity, permits: Arc::new(Semaphore::new(capacity as usize)), in_flight: AtomicU64::new(0) }
@@ -59,7 +59,7 @@ mod tests {
 
     #[test]
     fn admission_is_bounded_and_counts_are_disjoint() {
-        let load = Load::new(4);
+        let load = Admission::new(4);
         let limits = Limits { max_rows: 2, max_tokens: 10, max_delay: Duration::ZERO, min_fill: 0.0 };
         let a = load.try_admit(3).expect("room for 3");
         assert!(load.try_admit(2).is_none(), "only one place left");
