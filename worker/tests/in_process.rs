@@ -13,15 +13,12 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
 use clap::Parser;
 use serde_json::{Value, json};
+use testkit::model_dir;
 use tower::ServiceExt;
 use worker::backend::FakeBackend;
 use worker::backend::fake::RunBatch;
 use worker::model::ModelDir;
 use worker::{Config, Worker};
-
-fn model_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/snips-minilm-l6")
-}
 
 async fn start(args: &[&str], fake: &FakeBackend) -> Worker {
     let dir = model_dir();

@@ -13,7 +13,7 @@ async fn startup_failure(extra: &[&str], ort: Option<&str>) -> (i32, String) {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_worker"));
     cmd.args(["--listen", "127.0.0.1:0"]).args(extra);
     if !extra.contains(&"--model") {
-        cmd.arg("--model").arg(common::model_dir());
+        cmd.arg("--model").arg(testkit::model_dir());
     }
     match ort {
         Some(p) => cmd.args(["--ort-lib", p]),
@@ -31,7 +31,7 @@ async fn a_missing_or_wrong_onnx_runtime_is_a_clear_error() {
     assert_ne!(code, 0);
     assert!(err.contains("does not exist") && err.contains("fetch-ort.sh"), "{err}");
 
-    let not_a_library = common::model_dir().join("config.json");
+    let not_a_library = testkit::model_dir().join("config.json");
     let (code, err) = startup_failure(&[], Some(not_a_library.to_str().unwrap())).await;
     assert_ne!(code, 0);
     assert!(err.contains("ONNX Runtime library"), "{err}");
@@ -43,7 +43,7 @@ async fn a_missing_or_wrong_onnx_runtime_is_a_clear_error() {
 
 #[tokio::test]
 async fn cuda_without_a_gpu_fails_loudly_instead_of_falling_back() {
-    let ort = common::ort_lib();
+    let ort = testkit::ort_lib();
     let (code, err) = startup_failure(&["--device", "cuda:0"], Some(ort.to_str().unwrap())).await;
     assert_ne!(code, 0, "must not silently run on the CPU");
     assert!(err.contains("CUDA execution provider"), "{err}");
@@ -51,7 +51,7 @@ async fn cuda_without_a_gpu_fails_loudly_instead_of_falling_back() {
 
 #[tokio::test]
 async fn a_bad_model_directory_is_a_clear_error() {
-    let ort = common::ort_lib();
+    let ort = testkit::ort_lib();
     let (code, err) = startup_failure(&["--model", "/nonexistent-model-dir"], Some(ort.to_str().unwrap())).await;
     assert_ne!(code, 0);
     assert!(err.contains("/nonexistent-model-dir"), "{err}");
@@ -61,15 +61,15 @@ async fn a_bad_model_directory_is_a_clear_error() {
 async fn sigterm_answers_every_accepted_request_then_exits_zero() {
     // Queries wait 400 ms for companions, so SIGTERM arrives with all of them still queued.
     let mut w = common::start(&["--max-queue-delay-ms", "400", "--max-batch-rows", "256"]).await;
-    let c = common::client();
+    let c = testkit::http::client();
     let accepted: Vec<_> = (0..24)
         .map(|i| {
             let body = json!({"queries": ["play some jazz music", format!("book a table for {i} people tonight")]});
-            tokio::spawn(c.post(w.url("/predict")).json(&body).send())
+            tokio::spawn(c.post(w.at("/predict")).json(&body).send())
         })
         .collect();
-    common::wait_until(Duration::from_secs(10), || async {
-        let s: WorkerStats = c.get(w.url("/v1/stats")).send().await.unwrap().json().await.unwrap();
+    testkit::wait_until(Duration::from_secs(10), "all 48 queries are admitted", || async {
+        let s: WorkerStats = c.get(w.at("/v1/stats")).send().await.unwrap().json().await.unwrap();
         s.queue.queued + s.queue.in_flight == 48
     })
     .await;
@@ -77,11 +77,11 @@ async fn sigterm_answers_every_accepted_request_then_exits_zero() {
     kill(Pid::from_raw(w.pid()), Signal::SIGTERM).unwrap();
 
     // Readiness turns false and new work is refused with a retryable 503.
-    common::wait_until(Duration::from_secs(5), || async {
-        c.get(w.url("/readyz")).send().await.is_ok_and(|r| r.status() == 503)
+    testkit::wait_until(Duration::from_secs(5), "readiness turns 503", || async {
+        c.get(w.at("/readyz")).send().await.is_ok_and(|r| r.status() == 503)
     })
     .await;
-    let r = c.get(w.url("/predict")).query(&[("query", "play music")]).send().await.unwrap();
+    let r = c.get(w.at("/predict")).query(&[("query", "play music")]).send().await.unwrap();
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
     assert_eq!(r.json::<ErrorBody>().await.unwrap().error_type, ErrorType::Unavailable);

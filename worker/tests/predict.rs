@@ -6,60 +6,55 @@ mod common;
 use serde_json::{Value, json};
 use wire::{PredictBatchResponse, Prediction, WorkerStats};
 
-const REFERENCE: &[(&str, &str)] = &[
-    ("play some jazz music", "PlayMusic"),
-    ("Music", "PlayMusic"),
-    ("add this song to my workout playlist", "AddToPlaylist"),
-    ("what's the weather like in paris tomorrow", "GetWeather"),
-    ("book a table for two at an italian restaurant tonight", "BookRestaurant"),
-    ("rate this book four out of five stars", "RateBook"),
-    ("find the tv show game of thrones", "SearchCreativeWork"),
-    ("what movies are playing at the cinema near me", "SearchScreeningEvent"),
-];
+fn reference() -> Vec<(&'static str, &'static str)> {
+    testkit::sanity().queries.iter().map(|q| (q.text.as_str(), q.intent.as_str())).collect()
+}
 
 #[tokio::test]
 async fn classifies_the_reference_queries_by_get_and_post() {
     let w = common::start(&[]).await;
-    let c = common::client();
-    for (query, intent) in REFERENCE {
-        let r = c.get(w.url("/predict")).query(&[("query", query)]).send().await.unwrap();
+    let c = testkit::http::client();
+    let reference = reference();
+    for &(query, intent) in &reference {
+        let r = c.get(w.at("/predict")).query(&[("query", query)]).send().await.unwrap();
         assert_eq!(r.status(), 200, "{query}");
         let p: Prediction = r.json().await.unwrap();
-        assert_eq!(p.intent, *intent, "GET {query}");
+        assert_eq!(p.intent, intent, "GET {query}");
         assert!(p.score > 0.5 && p.score <= 1.0, "{query}: {}", p.score);
         assert!(p.scores.is_none());
 
-        let r = c.post(w.url("/predict")).json(&json!({"query": query})).send().await.unwrap();
+        let r = c.post(w.at("/predict")).json(&json!({"query": query})).send().await.unwrap();
         let p: Prediction = r.json().await.unwrap();
-        assert_eq!(p.intent, *intent, "POST {query}");
+        assert_eq!(p.intent, intent, "POST {query}");
     }
 
     // Several queries in one body come back in order; all class scores on request.
-    let queries: Vec<&str> = REFERENCE.iter().map(|(q, _)| *q).collect();
-    let r = c.post(w.url("/predict")).json(&json!({"queries": queries, "all_scores": true})).send().await.unwrap();
+    let queries: Vec<&str> = reference.iter().map(|(q, _)| *q).collect();
+    let r = c.post(w.at("/predict")).json(&json!({"queries": queries, "all_scores": true})).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let batch: PredictBatchResponse = r.json().await.unwrap();
     let intents: Vec<&str> = batch.predictions.iter().map(|p| p.intent.as_str()).collect();
-    let expected: Vec<&str> = REFERENCE.iter().map(|(_, i)| *i).collect();
+    let expected: Vec<&str> = reference.iter().map(|(_, i)| *i).collect();
     assert_eq!(intents, expected);
     let scores = batch.predictions[0].scores.as_ref().expect("all scores");
-    assert_eq!(scores.len(), 7);
+    assert_eq!(scores.len(), testkit::sanity().labels.len());
     assert!((scores.values().sum::<f32>() - 1.0).abs() < 1e-3);
 }
 
 #[tokio::test]
 async fn concurrent_queries_are_batched_and_all_answered() {
     let w = common::start(&["--max-queue-delay-ms", "20"]).await;
-    let c = common::client();
+    let c = testkit::http::client();
+    let reference = reference();
     let calls = (0..64).map(|i| {
-        let (q, intent) = REFERENCE[i % REFERENCE.len()];
-        let req = c.get(w.url("/predict")).query(&[("query", q)]).send();
+        let (q, intent) = reference[i % reference.len()];
+        let req = c.get(w.at("/predict")).query(&[("query", q)]).send();
         async move { (req.await.unwrap().json::<Prediction>().await.unwrap().intent, intent) }
     });
     for (got, want) in futures::future::join_all(calls).await {
         assert_eq!(got, want);
     }
-    let stats: WorkerStats = c.get(w.url("/v1/stats")).send().await.unwrap().json().await.unwrap();
+    let stats: WorkerStats = c.get(w.at("/v1/stats")).send().await.unwrap().json().await.unwrap();
     assert_eq!(stats.rates.completed_total, 64);
     assert!(stats.batches.total < 64, "64 concurrent queries ran in fewer batches: {}", stats.batches.total);
     assert!(stats.batches.mean_rows > 1.0);
@@ -68,24 +63,24 @@ async fn concurrent_queries_are_batched_and_all_answered() {
 #[tokio::test]
 async fn stats_metrics_and_probes_describe_the_worker() {
     let w = common::start(&[]).await;
-    let c = common::client();
-    assert_eq!(c.get(w.url("/healthz")).send().await.unwrap().status(), 200);
-    assert_eq!(c.get(w.url("/readyz")).send().await.unwrap().status(), 200);
-    c.get(w.url("/predict")).query(&[("query", "play jazz")]).send().await.unwrap();
+    let c = testkit::http::client();
+    assert_eq!(c.get(w.at("/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(c.get(w.at("/readyz")).send().await.unwrap().status(), 200);
+    c.get(w.at("/predict")).query(&[("query", "play jazz")]).send().await.unwrap();
 
-    let v: Value = c.get(w.url("/v1/stats")).send().await.unwrap().json().await.unwrap();
+    let v: Value = c.get(w.at("/v1/stats")).send().await.unwrap().json().await.unwrap();
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["gpu"]["status"], "unavailable", "a CPU worker has no GPU telemetry");
     assert!(v["gpu"]["reason"].as_str().unwrap().contains("CPU"));
     assert!(v["gpu"].get("device").is_none(), "no zeros in place of a reading");
     let s: WorkerStats = serde_json::from_value(v).unwrap();
-    assert_eq!(s.model.labels.len(), 7);
+    assert_eq!(s.model.labels, testkit::sanity().labels);
     assert_eq!(s.model.device, "cpu");
     assert_eq!(s.queue.capacity, 1024);
     assert_eq!(s.rates.completed_total, 1);
     assert!(s.ready && !s.draining);
 
-    let m = c.get(w.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let m = c.get(w.at("/metrics")).send().await.unwrap().text().await.unwrap();
     for name in [
         "worker_requests_total{outcome=\"ok\"} 1",
         "worker_request_duration_seconds_bucket",
