@@ -133,10 +133,46 @@ mod tests {
         assert!(parse_device("cuda:x").is_err());
     }
 
+    /// Rows of the flag table in `docs/worker.md`: flag -> (env, default).
+    fn documented_flags() -> std::collections::BTreeMap<String, (String, String)> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/worker.md");
+        let doc = std::fs::read_to_string(&path).expect("docs/worker.md");
+        let cell = |c: &str| c.trim().trim_matches('`').to_owned();
+        doc.lines()
+            .filter(|l| l.starts_with("| `--"))
+            .map(|l| {
+                let cols: Vec<&str> = l.split('|').collect();
+                (cell(cols[1]), (cell(cols[2]), cell(cols[3])))
+            })
+            .collect()
+    }
+
     #[test]
-    fn defaults_are_consistent() {
-        let c = Config::parse_from(["worker"]);
-        assert!(c.max_batch_rows <= c.queue_capacity);
-        assert_eq!(c.device, Device::Cpu);
+    fn every_flag_is_documented_with_its_env_and_default() {
+        use clap::CommandFactory;
+        let documented = documented_flags();
+        let cmd = Config::command();
+        let mut flags = Vec::new();
+        for arg in cmd.get_arguments().filter(|a| a.get_long().is_some_and(|l| l != "help" && l != "version")) {
+            let flag = format!("--{}", arg.get_long().unwrap());
+            let (env, default) = documented.get(&flag).unwrap_or_else(|| panic!("{flag} is not in docs/worker.md"));
+            let real_env = arg.get_env().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+            assert_eq!(env, &real_env, "{flag}: documented env");
+            let real_default: Vec<String> =
+                arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+            match real_default.as_slice() {
+                [] => {}
+                [d] if d == "false" => assert_eq!(default, "off", "{flag}: documented default"),
+                [d] => assert!(
+                    default == d || default.starts_with(&format!("{d} ")),
+                    "{flag}: documented default {default:?}, real {d:?}"
+                ),
+                more => panic!("{flag}: several defaults {more:?}"),
+            }
+            flags.push(flag);
+        }
+        for flag in documented.keys() {
+            assert!(flags.contains(flag), "docs/worker.md documents {flag}, which the worker does not have");
+        }
     }
 }
