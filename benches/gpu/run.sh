@@ -94,8 +94,8 @@ via_gateway() { # concurrencies
 
 if [ "${ONLY_GATEWAY:-0}" = 1 ]; then via_gateway "${GATEWAY_CONCURRENCY:-32,512}"; exit 0; fi
 bench gpu-fp16 "$conc" --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
-  --max-queue-delay-ms 1 --queue-capacity 8192
+  --max-queue-delay 1ms --queue-capacity 8192
 if [ -f "$model/../int8/model.onnx" ]; then
-  bench cpu-int8 64 --model "$model/../int8" --device cpu --max-batch-rows 32 --max-queue-delay-ms 1
+  bench cpu-int8 64 --model "$model/../int8" --device cpu --max-batch-rows 32 --max-queue-delay 1ms
 fi
 via_gateway "${GATEWAY_CONCURRENCY:-32,512}"

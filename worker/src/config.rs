@@ -42,10 +42,10 @@ pub struct Config {
     #[arg(long, env = "WORKER_MAX_BATCH_TOKENS", default_value_t = 4096)]
     pub max_batch_tokens: usize,
 
-    /// Longest a query waits for companions while the backend is idle, in milliseconds. While
-    /// the backend is busy, queries gather anyway and leave together when it is free.
-    #[arg(long, env = "WORKER_MAX_QUEUE_DELAY_MS", default_value_t = 0.0)]
-    pub max_queue_delay_ms: f64,
+    /// Longest a query waits for companions while the backend is idle (`0`, `1ms`, `500us`).
+    /// While the backend is busy, queries gather anyway and leave together when it is free.
+    #[arg(long, env = "WORKER_MAX_QUEUE_DELAY", default_value = "0", value_parser = humantime::parse_duration)]
+    pub max_queue_delay: Duration,
 
     /// Least fraction of a batch's padded cells holding real tokens (0..1). Default 0.75 on the
     /// CPU, where padding costs arithmetic; 0 on a GPU, where it is nearly free.
@@ -68,21 +68,21 @@ pub struct Config {
     #[arg(long, env = "WORKER_MAX_BODY_BYTES", default_value_t = 256 * 1024)]
     pub max_body_bytes: usize,
 
-    /// Longest a request may take end to end before it is answered 504, in seconds.
-    #[arg(long, env = "WORKER_REQUEST_TIMEOUT_S", default_value_t = 30.0)]
-    pub request_timeout_s: f64,
+    /// Longest a request may take end to end before it is answered 504 (at least 1ms).
+    #[arg(long, env = "WORKER_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
 
     /// After SIGTERM, how long queued and running requests may take before the worker exits.
-    #[arg(long, env = "WORKER_DRAIN_TIMEOUT_S", default_value_t = 30.0)]
-    pub drain_timeout_s: f64,
+    #[arg(long, env = "WORKER_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
 
-    /// GPU telemetry sampling period, in milliseconds.
-    #[arg(long, env = "WORKER_GPU_SAMPLE_MS", default_value_t = 250)]
-    pub gpu_sample_ms: u64,
+    /// GPU telemetry sampling period (at least 10ms).
+    #[arg(long, env = "WORKER_GPU_SAMPLE_INTERVAL", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub gpu_sample_interval: Duration,
 
-    /// Window of the rates in `/v1/stats`, in seconds.
-    #[arg(long, env = "WORKER_STATS_WINDOW_S", default_value_t = 10)]
-    pub stats_window_s: u64,
+    /// Window of the rates in `/v1/stats`, in whole seconds (at least 1s).
+    #[arg(long, env = "WORKER_STATS_WINDOW", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub stats_window: Duration,
 
     /// Log as JSON lines instead of text.
     #[arg(long, env = "WORKER_LOG_JSON")]
@@ -90,21 +90,12 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn max_queue_delay(&self) -> Duration {
-        Duration::from_secs_f64(self.max_queue_delay_ms.max(0.0) / 1000.0)
-    }
     pub fn min_batch_fill(&self) -> f64 {
         let default = match self.device {
             Device::Cpu => 0.75,
             Device::Cuda(_) => 0.0,
         };
         self.min_batch_fill.unwrap_or(default).clamp(0.0, 1.0)
-    }
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.request_timeout_s.max(0.001))
-    }
-    pub fn drain_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.drain_timeout_s.max(0.0))
     }
 }
 
@@ -131,6 +122,32 @@ mod tests {
         assert_eq!(parse_device("cuda"), Ok(Device::Cuda(0)));
         assert!(parse_device("gpu").is_err());
         assert!(parse_device("cuda:x").is_err());
+    }
+
+    #[test]
+    fn durations_are_written_with_their_unit() {
+        let c = Config::parse_from([
+            "worker",
+            "--max-queue-delay",
+            "1ms",
+            "--request-timeout",
+            "2m",
+            "--drain-timeout",
+            "1.5s",
+            "--gpu-sample-interval",
+            "500us",
+            "--stats-window",
+            "30s",
+        ]);
+        assert_eq!(c.max_queue_delay, Duration::from_millis(1));
+        assert_eq!(c.request_timeout, Duration::from_secs(120));
+        assert_eq!(c.drain_timeout, Duration::from_millis(1500));
+        assert_eq!(c.gpu_sample_interval, Duration::from_micros(500));
+        assert_eq!(c.stats_window, Duration::from_secs(30));
+        assert_eq!(Config::parse_from(["worker"]).max_queue_delay, Duration::ZERO);
+        // A bare number is ambiguous: refused, like the old `-ms`/`-s` flags.
+        assert!(Config::try_parse_from(["worker", "--request-timeout", "30"]).is_err());
+        assert!(Config::try_parse_from(["worker", "--max-queue-delay-ms", "1"]).is_err());
     }
 
     /// Rows of the flag table in `docs/worker.md`: flag -> (env, default).

@@ -68,11 +68,11 @@ where
     let batch_limits = Limits {
         max_rows: config.max_batch_rows.max(1),
         max_tokens: config.max_batch_tokens.max(1),
-        max_delay: config.max_queue_delay(),
+        max_delay: config.max_queue_delay,
         min_fill: config.min_batch_fill(),
     };
-    let stats = Arc::new(Stats::new(Duration::from_secs(config.stats_window_s)));
-    let gpu = telemetry::spawn_sampler(config.device, Duration::from_millis(config.gpu_sample_ms.max(10)));
+    let stats = Arc::new(Stats::new(config.stats_window));
+    let gpu = telemetry::spawn_sampler(config.device, config.gpu_sample_interval.max(Duration::from_millis(10)));
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
 
@@ -93,7 +93,7 @@ where
         limits: RequestLimits {
             max_queries: config.max_queries,
             max_query_bytes: config.max_query_bytes,
-            request_timeout: config.request_timeout(),
+            request_timeout: config.request_timeout.max(Duration::from_millis(1)),
         },
         batch_limits,
         queue_capacity: config.queue_capacity,
@@ -119,7 +119,7 @@ where
         registry: Arc::new(registry),
         gpu,
     });
-    Ok(Worker { state, drain_timeout: config.drain_timeout() })
+    Ok(Worker { state, drain_timeout: config.drain_timeout })
 }
 
 impl Worker {

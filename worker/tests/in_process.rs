@@ -192,7 +192,7 @@ async fn queries_arriving_while_the_backend_is_busy_leave_in_one_batch() {
 #[tokio::test]
 async fn a_request_past_its_timeout_gets_504_and_a_failed_batch_a_json_500() {
     let fake = FakeBackend::new(7);
-    let w = start(&["--request-timeout-s", "0.2"], &fake).await;
+    let w = start(&["--request-timeout", "200ms"], &fake).await;
     let app = w.app();
     fake.hold();
     let started = std::time::Instant::now();

@@ -60,7 +60,7 @@ async fn a_bad_model_directory_is_a_clear_error() {
 #[tokio::test]
 async fn sigterm_answers_every_accepted_request_then_exits_zero() {
     // Queries wait 400 ms for companions, so SIGTERM arrives with all of them still queued.
-    let mut w = common::start(&["--max-queue-delay-ms", "400", "--max-batch-rows", "256"]).await;
+    let mut w = common::start(&["--max-queue-delay", "400ms", "--max-batch-rows", "256"]).await;
     let c = testkit::http::client();
     let accepted: Vec<_> = (0..24)
         .map(|i| {

@@ -43,7 +43,7 @@ async fn classifies_the_reference_queries_by_get_and_post() {
 
 #[tokio::test]
 async fn concurrent_queries_are_batched_and_all_answered() {
-    let w = common::start(&["--max-queue-delay-ms", "20"]).await;
+    let w = common::start(&["--max-queue-delay", "20ms"]).await;
     let c = testkit::http::client();
     let reference = reference();
     let calls = (0..64).map(|i| {
