@@ -1,5 +1,6 @@
 //! The HTTP layer: routes, shared state, parsing and error mapping. The work is the core's.
 
+mod context;
 mod error;
 mod ops;
 mod predict;
@@ -14,6 +15,7 @@ use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 use wire::{GpuTelemetry, ModelInfo};
 
+pub use context::X_REQUEST_ID;
 pub use error::ApiError;
 
 use crate::core::Core;
@@ -62,5 +64,6 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(axum::middleware::from_fn(context::request_context))
         .with_state(state)
 }
