@@ -52,9 +52,20 @@ pub struct Config {
     #[arg(long, env = "WORKER_MIN_BATCH_FILL")]
     pub min_batch_fill: Option<f64>,
 
-    /// Most queries admitted at once (queued plus running); beyond it requests get 429.
+    /// Most queries admitted at once (queued plus running, tokenizing included); beyond it
+    /// requests get 429.
     #[arg(long, env = "WORKER_QUEUE_CAPACITY", default_value_t = 1024)]
     pub queue_capacity: usize,
+
+    /// Most tokens admitted at once (queued plus running); a request whose tokens do not fit gets
+    /// 429. A query's tokens are its cost: a batch's time grows with them.
+    #[arg(long, env = "WORKER_QUEUE_CAPACITY_TOKENS", default_value_t = 65536)]
+    pub queue_capacity_tokens: u64,
+
+    /// A request of more tokens than this is heavy: it runs in a lane of its own, at a lower CPU
+    /// priority, and heavy requests together may hold at most half of each queue capacity.
+    #[arg(long, env = "WORKER_HEAVY_REQUEST_TOKENS", default_value_t = 256)]
+    pub heavy_request_tokens: u64,
 
     /// Most queries in one `POST /predict` body.
     #[arg(long, env = "WORKER_MAX_QUERIES", default_value_t = 64)]

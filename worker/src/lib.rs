@@ -25,7 +25,7 @@ use std::time::Duration;
 use axum::Router;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 pub use config::Config;
@@ -33,7 +33,7 @@ pub use config::Config;
 use crate::backend::{Backend, BackendError, OrtBackend, ShapeBuckets};
 use crate::batching::Limits;
 use crate::config::Device;
-use crate::core::{Core, Parts, RequestLimits};
+use crate::core::{Capacity, Class, Core, Parts, RequestLimits};
 use crate::http::{AppState, Inner};
 use crate::metrics::{LiveCollector, Metrics};
 use crate::model::{ModelDir, ModelError};
@@ -58,12 +58,12 @@ pub struct Worker {
     drain_timeout: Duration,
 }
 
-/// Builds a worker for `model` around the backend that `make_backend` makes. `make_backend` runs
-/// on the backend's own thread; its error is returned here.
+/// Builds a worker for `model` around the backends that `make_backend` makes: one per lane
+/// ([`Class`]), each called on that lane's own thread; the first error is returned here.
 pub async fn build<B, F>(config: &Config, model: ModelDir, make_backend: F) -> Result<Worker, StartupError>
 where
     B: Backend,
-    F: FnOnce() -> Result<B, BackendError> + Send + 'static,
+    F: Fn(Class) -> Result<B, BackendError> + Send + Sync + 'static,
 {
     let batch_limits = Limits {
         max_rows: config.max_batch_rows.max(1),
@@ -76,16 +76,15 @@ where
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
 
-    let (loaded_tx, loaded_rx) = oneshot::channel();
-    let setup = move || match make_backend() {
-        Ok(b) => {
-            let _ = loaded_tx.send(Ok(()));
-            Some(b)
-        }
-        Err(e) => {
-            let _ = loaded_tx.send(Err(e));
-            None
-        }
+    let (loaded_tx, mut loaded_rx) = mpsc::channel(Class::ALL.len());
+    let setup = move |class| {
+        let made = make_backend(class);
+        let (report, backend) = match made {
+            Ok(b) => (Ok(()), Some(b)),
+            Err(e) => (Err(e), None),
+        };
+        let _ = loaded_tx.blocking_send(report);
+        backend
     };
     let parts = Parts {
         tokenizer: model.tokenizer,
@@ -93,15 +92,23 @@ where
         limits: RequestLimits {
             max_queries: config.max_queries,
             max_query_bytes: config.max_query_bytes,
+            max_query_tokens: model.max_tokens,
             request_timeout: config.request_timeout.max(Duration::from_millis(1)),
         },
         batch_limits,
-        queue_capacity: config.queue_capacity,
+        capacity: Capacity {
+            queries: config.queue_capacity as u64,
+            tokens: config.queue_capacity_tokens,
+            heavy_request_tokens: config.heavy_request_tokens,
+        },
         stats: stats.clone(),
         metrics: metrics.clone(),
     };
     let core = Arc::new(Core::start(parts, setup).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?);
-    loaded_rx.await.map_err(|_| StartupError::Other("the backend thread ended while loading".into()))??;
+    for _ in Class::ALL {
+        let loaded = loaded_rx.recv().await;
+        loaded.ok_or_else(|| StartupError::Other("a backend thread ended while loading".into()))??;
+    }
 
     let queue_of = core.clone();
     registry.register_collector(Box::new(LiveCollector {
@@ -173,7 +180,7 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     let (path, device, threads, n) = (model.model_path.clone(), config.device, config.threads, model.labels.len());
     let buckets = ShapeBuckets { max_rows: config.max_batch_rows.max(1), max_seq: model.max_tokens };
     let max_tokens = config.max_batch_tokens;
-    let worker = build(&config, model, move || {
+    let worker = build(&config, model, move |_lane| {
         let backend = OrtBackend::load(&env, &path, device, threads, n)?;
         match device {
             Device::Cuda(_) => backend.with_shape_buckets(buckets, max_tokens),

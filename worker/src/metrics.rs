@@ -16,6 +16,12 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabels {
+    /// `light` or `heavy` (see `core::admission`).
+    pub class: &'static str,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     pub requests: Family<OutcomeLabels, Counter>,
@@ -26,6 +32,8 @@ pub struct Metrics {
     pub queue_wait: Histogram,
     pub inference: Histogram,
     pub cancelled: Counter,
+    pub admitted_requests: Family<ClassLabels, Counter>,
+    pub admitted_tokens: Family<ClassLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -44,6 +52,8 @@ impl Metrics {
             queue_wait: latency_histogram(),
             inference: latency_histogram(),
             cancelled: Counter::default(),
+            admitted_requests: Family::default(),
+            admitted_tokens: Family::default(),
         };
         registry.register("worker_requests", "HTTP /predict requests by outcome", m.requests.clone());
         registry.register(
@@ -69,7 +79,23 @@ impl Metrics {
             "Queries dropped before inference because their client had gone",
             m.cancelled.clone(),
         );
+        registry.register(
+            "worker_admitted_requests",
+            "Requests admitted (queries and tokens), by class: light, or heavy (over --heavy-request-tokens)",
+            m.admitted_requests.clone(),
+        );
+        registry.register(
+            "worker_admitted_tokens",
+            "Tokens of the requests admitted, by class",
+            m.admitted_tokens.clone(),
+        );
         m
+    }
+
+    pub fn admitted(&self, class: &'static str, tokens: u64) {
+        let labels = ClassLabels { class };
+        self.admitted_requests.get_or_create(&labels).inc();
+        self.admitted_tokens.get_or_create(&labels).inc_by(tokens);
     }
 
     pub fn observe_request(&self, outcome: &'static str, queries: u64, seconds: f64) {
@@ -111,6 +137,25 @@ impl Collector for LiveCollector {
         gauge(e, "worker_queue_depth", "Admitted queries waiting for a batch", q.queued as i64)?;
         gauge(e, "worker_in_flight", "Queries in the batch being run", q.in_flight as i64)?;
         gauge(e, "worker_queue_capacity", "Most queries admitted at once", q.capacity as i64)?;
+        gauge(
+            e,
+            "worker_queue_depth_tokens",
+            "Tokens of the admitted queries waiting for a batch",
+            q.queued_tokens as i64,
+        )?;
+        gauge(
+            e,
+            "worker_in_flight_tokens",
+            "Tokens of the queries in the batches being run",
+            q.in_flight_tokens as i64,
+        )?;
+        gauge(e, "worker_queue_capacity_tokens", "Most tokens admitted at once", q.capacity_tokens as i64)?;
+        gauge(
+            e,
+            "worker_heavy_queries",
+            "Queries of heavy requests admitted (queued or running)",
+            q.heavy_queries as i64,
+        )?;
         let gpu = self.gpu.borrow().clone();
         match gpu {
             GpuTelemetry::Unavailable { .. } => {

@@ -17,6 +17,7 @@ use testkit::model_dir;
 use tower::ServiceExt;
 use worker::backend::FakeBackend;
 use worker::backend::fake::RunBatch;
+use worker::core::Class;
 use worker::model::ModelDir;
 use worker::{Config, Worker};
 
@@ -27,7 +28,7 @@ async fn start(args: &[&str], fake: &FakeBackend) -> Worker {
     let config = Config::parse_from(argv);
     let model = ModelDir::load(&config.model, None).expect("bundled model directory");
     let backend = fake.clone();
-    worker::build(&config, model, move || Ok(backend)).await.expect("worker builds")
+    worker::build(&config, model, move |_| Ok(backend.clone())).await.expect("worker builds")
 }
 
 struct Answer {
@@ -58,9 +59,13 @@ fn predict_uri(query: &str) -> String {
 }
 
 /// What the fake backend answers for `query`: its class from the real tokenizer's ids.
-fn expected_intent(query: &str) -> String {
+fn model() -> &'static ModelDir {
     static MODEL: std::sync::OnceLock<ModelDir> = std::sync::OnceLock::new();
-    let model = MODEL.get_or_init(|| ModelDir::load(&model_dir(), None).unwrap());
+    MODEL.get_or_init(|| ModelDir::load(&model_dir(), None).unwrap())
+}
+
+fn expected_intent(query: &str) -> String {
+    let model = model();
     let ids: Vec<i64> = model.tokenizer.encode(query, true).unwrap().get_ids().iter().map(|&i| i64::from(i)).collect();
     model.labels[FakeBackend::class_of(&ids, model.labels.len())].clone()
 }
@@ -252,4 +257,87 @@ async fn bad_input_gets_a_clear_json_error_and_nothing_is_lost() {
     let text = metrics.as_str().unwrap();
     assert!(text.contains("worker_requests_total{outcome=\"invalid_request\"} 15"), "{text}");
     assert!(text.contains("worker_requests_total{outcome=\"too_large\"} 2"), "{text}");
+}
+
+/// Tokens the bundled tokenizer makes of `query` ([CLS] and [SEP] included).
+fn tokens_of(query: &str) -> u64 {
+    model().tokenizer.encode(query, true).unwrap().len() as u64
+}
+
+/// A worker whose light and heavy lanes have fakes of their own, so each can be held apart.
+async fn start_with_lanes(args: &[&str], light: &FakeBackend, heavy: &FakeBackend) -> Worker {
+    let dir = model_dir();
+    let mut argv = vec!["worker", "--model", dir.to_str().unwrap()];
+    argv.extend_from_slice(args);
+    let config = Config::parse_from(argv);
+    let model = ModelDir::load(&config.model, None).unwrap();
+    let (light, heavy) = (light.clone(), heavy.clone());
+    worker::build(&config, model, move |lane| Ok(if lane == Class::Heavy { heavy.clone() } else { light.clone() }))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_heavy_request_runs_in_its_own_lane_and_light_ones_pass_it() {
+    let (light, heavy) = (FakeBackend::new(7), FakeBackend::new(7));
+    let w = start_with_lanes(&["--heavy-request-tokens", "16"], &light, &heavy).await;
+    let app = w.app();
+    let queries = ["play some jazz music", "book a table for two tonight", "what is the weather in paris"];
+    assert!(queries.iter().map(|q| tokens_of(q)).sum::<u64>() > 16, "the request is heavy");
+    heavy.hold();
+    let slow = tokio::spawn({
+        let app = app.clone();
+        async move { post(&app, json!({"queries": queries}).to_string()).await }
+    });
+    wait_until("the heavy request is at its backend", || heavy.waiting() == 1).await;
+    let stats = get(&app, "/v1/stats").await.body;
+    assert_eq!(stats["queue"]["heavy_queries"], 3, "{stats}");
+
+    // A light request is answered while the heavy one is still held.
+    let a = get(&app, &predict_uri("play music")).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(!slow.is_finished());
+    assert_eq!(light.batches(), [RunBatch { rows: 1, seq_len: tokens_of("play music") as usize }]);
+
+    heavy.release();
+    let a = slow.await.unwrap();
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(heavy.batches().iter().map(|b| b.rows).sum::<usize>(), 3, "the heavy queries ran in the heavy lane");
+    let metrics = get(&app, "/metrics").await.body;
+    let text = metrics.as_str().unwrap();
+    assert!(text.contains("worker_admitted_requests_total{class=\"heavy\"} 1"), "{text}");
+    assert!(text.contains("worker_admitted_requests_total{class=\"light\"} 1"), "{text}");
+}
+
+#[tokio::test]
+async fn tokens_are_admitted_up_to_the_capacity_and_heavy_requests_up_to_half() {
+    let (light, heavy) = (FakeBackend::new(7), FakeBackend::new(7));
+    let args = ["--queue-capacity-tokens", "100", "--heavy-request-tokens", "20"];
+    let w = start_with_lanes(&args, &light, &heavy).await;
+    let app = w.app();
+    // Four copies of a 10-token query: 40 tokens, heavy; two such requests would hold 80 > 50.
+    let query = "book a table for two at noon";
+    let request = json!({"queries": [query, query, query, query]}).to_string();
+    let tokens = 4 * tokens_of(query);
+    assert!(tokens > 25 && tokens <= 50, "{tokens} tokens");
+    heavy.hold();
+    let held = tokio::spawn({
+        let (app, request) = (app.clone(), request.clone());
+        async move { post(&app, request).await }
+    });
+    wait_until("the first heavy request is at its backend", || heavy.waiting() == 1).await;
+
+    let refused = post(&app, request.clone()).await;
+    expect_error(&refused, 429, "overloaded");
+    assert_eq!(refused.headers.get("retry-after").unwrap(), "1");
+    // Light requests still find room, in queries and in tokens.
+    assert_eq!(get(&app, &predict_uri("play music")).await.status, 200);
+    let q = get(&app, "/v1/stats").await.body["queue"].clone();
+    assert_eq!(q["capacity_tokens"], 100);
+    assert_eq!(q["heavy_tokens"], tokens);
+    assert_eq!(q["in_flight_tokens"].as_u64().unwrap() + q["queued_tokens"].as_u64().unwrap(), tokens);
+
+    heavy.release();
+    assert_eq!(held.await.unwrap().status, 200);
+    assert_eq!(post(&app, request).await.status, 200, "room again once the first is answered");
 }

@@ -49,7 +49,7 @@ async fn request_ids_are_echoed_or_made_and_land_on_the_requests_log_lines() {
     let model = ModelDir::load(&config.model, None).unwrap();
     let fake = FakeBackend::new(7);
     let backend = fake.clone();
-    let w = worker::build(&config, model, move || Ok(backend)).await.unwrap();
+    let w = worker::build(&config, model, move |_| Ok(backend.clone())).await.unwrap();
     let app = w.app();
     let call = |req: Request<Body>| {
         let app = app.clone();

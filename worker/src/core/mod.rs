@@ -7,6 +7,7 @@
 
 pub mod admission;
 mod error;
+mod lanes;
 mod observer;
 pub mod postprocess;
 
@@ -20,11 +21,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use wire::{Prediction, QueueStats};
 
-pub use admission::Admission;
+pub use admission::{Admission, Capacity, Class};
 pub use error::CoreError;
 
 use crate::backend::Backend;
-use crate::batching::{self, BackendLoad, Entry, Limits};
+use crate::batching::{Entry, Limits};
 use crate::metrics::Metrics;
 use crate::stats::Stats;
 
@@ -36,6 +37,8 @@ const INLINE_TOKENIZE_BYTES: usize = 512;
 pub struct RequestLimits {
     pub max_queries: usize,
     pub max_query_bytes: usize,
+    /// Tokens a query is cut to (the tokenizer's truncation).
+    pub max_query_tokens: usize,
     pub request_timeout: Duration,
 }
 
@@ -47,8 +50,8 @@ pub struct Parts {
     pub labels: Vec<String>,
     pub limits: RequestLimits,
     pub batch_limits: Limits,
-    /// Most queries admitted at once.
-    pub queue_capacity: usize,
+    /// Most queries and tokens admitted at once, and the size of a heavy request.
+    pub capacity: Capacity,
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
 }
@@ -58,41 +61,44 @@ pub struct Core {
     tokenizer: Arc<Tokenizer>,
     labels: Arc<[String]>,
     admission: Arc<Admission>,
-    queue: mpsc::Sender<Entry>,
+    /// Each lane's queue, by [`Class`].
+    lanes: [mpsc::Sender<Entry>; 2],
     limits: RequestLimits,
     batch_limits: Limits,
     stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
     draining: AtomicBool,
 }
 
 impl Core {
-    /// Starts the batching task and the backend's thread; `setup` makes the backend on that
-    /// thread (`None`: it could not, and has said why). Must be called within a tokio runtime.
-    pub fn start<B, F>(parts: Parts, setup: F) -> std::io::Result<Self>
+    /// Starts a lane per [`Class`] (a batching task and a backend thread each); `make_backend`
+    /// makes each lane's backend on that lane's thread (`None`: it could not, and has said why).
+    /// Must be called within a tokio runtime.
+    pub fn start<B, F>(parts: Parts, make_backend: F) -> std::io::Result<Self>
     where
         B: Backend,
-        F: FnOnce() -> Option<B> + Send + 'static,
+        F: Fn(Class) -> Option<B> + Send + Sync + 'static,
     {
-        let Parts { tokenizer, labels, limits, batch_limits, queue_capacity, stats, metrics } = parts;
-        let capacity = queue_capacity.max(1);
+        let Parts { tokenizer, labels, limits, batch_limits, capacity, stats, metrics } = parts;
         let admission = Arc::new(Admission::new(capacity));
-        let (queue_tx, queue_rx) = mpsc::channel(capacity);
-        let (batch_tx, batch_rx) = mpsc::channel(1);
-        let backend_load = Arc::new(BackendLoad::default());
-        let cancelled = metrics.cancelled.clone();
-        tokio::spawn(batching::task::run(batch_limits, queue_rx, batch_tx, backend_load.clone(), move |n| {
-            cancelled.inc_by(n);
-        }));
-        let observer = Arc::new(observer::Telemetry { admission: admission.clone(), stats: stats.clone(), metrics });
-        batching::runner::spawn("backend", setup, batch_rx, backend_load, observer)?;
+        let shared = lanes::Shared {
+            batch_limits,
+            queue_capacity: usize::try_from(admission.capacity().queries).unwrap_or(usize::MAX),
+            admission: admission.clone(),
+            stats: stats.clone(),
+            metrics: metrics.clone(),
+            make_backend: Arc::new(make_backend),
+        };
+        let lanes = [lanes::start(Class::Light, &shared)?, lanes::start(Class::Heavy, &shared)?];
         Ok(Self {
             tokenizer: Arc::new(tokenizer),
             labels: labels.into(),
             admission,
-            queue: queue_tx,
+            lanes,
             limits,
             batch_limits,
             stats,
+            metrics,
             draining: AtomicBool::new(false),
         })
     }
@@ -119,23 +125,23 @@ impl Core {
         self.admission.stats(self.batch_limits)
     }
 
-    /// Classifies `queries`, in order: validates, admits (or refuses at once with
-    /// [`CoreError::Overloaded`]), tokenizes, queues, and waits for the batches, at most the
-    /// request timeout.
+    /// Classifies `queries`, in order: validates, admits their queries (or refuses at once with
+    /// [`CoreError::Overloaded`]), tokenizes, admits their tokens in their class (or refuses),
+    /// queues them in their class's lane, and waits for the batches, at most the request timeout.
     pub async fn predict(&self, queries: Vec<String>, all_scores: bool) -> Result<Vec<Prediction>, CoreError> {
         if self.is_draining() {
             return Err(CoreError::Draining);
         }
         self.validate(&queries)?;
         let n = queries.len();
-        let Some(_permit) = self.admission.try_admit(n) else {
+        let bound = token_bound(&queries, self.limits.max_query_tokens);
+        let Ok(mut ticket) = self.admission.try_admit(n, bound) else {
             self.stats.rejected(Instant::now(), n as u64);
             return Err(CoreError::Overloaded);
         };
         let admitted_at = Instant::now();
-        self.stats.admitted(admitted_at, n as u64);
         let timeout = self.limits.request_timeout;
-        let logits = tokio::time::timeout(timeout, self.run(queries, admitted_at))
+        let logits = tokio::time::timeout(timeout, self.run(queries, &mut ticket, admitted_at))
             .await
             .map_err(|_| CoreError::Timeout(timeout))??;
         self.stats.completed(Instant::now(), n as u64);
@@ -165,9 +171,26 @@ impl Core {
         Ok(())
     }
 
-    /// Tokenizes, queues every query, and waits for all logits.
-    async fn run(&self, queries: Vec<String>, admitted_at: Instant) -> Result<Vec<Vec<f32>>, CoreError> {
+    /// Tokenizes, charges the tokens, queues every query in its lane, and waits for all logits.
+    async fn run(
+        &self,
+        queries: Vec<String>,
+        ticket: &mut admission::Ticket,
+        admitted_at: Instant,
+    ) -> Result<Vec<Vec<f32>>, CoreError> {
+        let n = queries.len() as u64;
         let encodings = self.tokenize(queries).await?;
+        let charged = encodings.map(|encodings| {
+            let tokens = encodings.iter().map(|e| e.len() as u64).sum();
+            ticket.charge(tokens).map(|class| (encodings, tokens, class))
+        });
+        let Some(Ok((encodings, tokens, class))) = charged else {
+            self.stats.rejected(Instant::now(), n);
+            return Err(CoreError::Overloaded);
+        };
+        self.stats.admitted(Instant::now(), n);
+        self.metrics.admitted(class.as_str(), tokens);
+        let queue = &self.lanes[class as usize];
         let span = tracing::Span::current();
         let mut receivers = Vec::with_capacity(encodings.len());
         for enc in encodings {
@@ -180,7 +203,7 @@ impl Core {
                 span: span.clone(),
             };
             // The queue holds as many entries as there are admission permits, so this never waits.
-            self.queue.try_send(entry).map_err(|e| CoreError::Internal(format!("queue: {e}")))?;
+            queue.try_send(entry).map_err(|e| CoreError::Internal(format!("queue: {e}")))?;
             receivers.push(rx);
         }
         let answers =
@@ -190,19 +213,63 @@ impl Core {
 
     /// A short request tokenizes in tens of microseconds: inline is cheaper than a thread
     /// hand-off. Longer ones go to the blocking pool, in parallel across requests, so they never
-    /// stall the runtime.
-    async fn tokenize(&self, queries: Vec<String>) -> Result<Vec<Encoding>, CoreError> {
-        let encode = |tokenizer: &Tokenizer, qs: &[String]| {
-            qs.iter().map(|q| tokenizer.encode(q.as_str(), true)).collect::<Result<Vec<_>, _>>()
-        };
+    /// stall the runtime; their running token total is checked after each query, and tokenizing
+    /// stops as soon as the request could no longer be admitted (`None`).
+    async fn tokenize(&self, queries: Vec<String>) -> Result<Option<Vec<Encoding>>, CoreError> {
+        let invalid = |e: tokenizers::Error| CoreError::Invalid(format!("could not tokenize: {e}"));
         if queries.iter().map(String::len).sum::<usize>() <= INLINE_TOKENIZE_BYTES {
-            encode(&self.tokenizer, &queries)
-        } else {
-            let tokenizer = self.tokenizer.clone();
-            tokio::task::spawn_blocking(move || encode(&tokenizer, &queries))
-                .await
-                .map_err(|e| CoreError::Internal(format!("tokenizer task: {e}")))?
+            let encodings = queries.iter().map(|q| self.tokenizer.encode(q.as_str(), true));
+            return encodings.collect::<Result<Vec<_>, _>>().map(Some).map_err(invalid);
         }
-        .map_err(|e| CoreError::Invalid(format!("could not tokenize: {e}")))
+        let (tokenizer, admission) = (self.tokenizer.clone(), self.admission.clone());
+        let encode = move || {
+            let n = queries.len() as u64;
+            let (mut encodings, mut tokens) = (Vec::with_capacity(queries.len()), 0);
+            for q in &queries {
+                let enc = tokenizer.encode(q.as_str(), true)?;
+                tokens += enc.len() as u64;
+                encodings.push(enc);
+                if !admission.fits(n, tokens) {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(encodings))
+        };
+        tokio::task::spawn_blocking(encode)
+            .await
+            .map_err(|e| CoreError::Internal(format!("tokenizer task: {e}")))?
+            .map_err(invalid)
+    }
+}
+
+/// Most tokens `queries` can make: each query is cut to `max_query_tokens`, and each token takes
+/// at least one visible character, besides the two special tokens ([CLS], [SEP]) per query.
+fn token_bound(queries: &[String], max_query_tokens: usize) -> u64 {
+    let per_query = |q: &String| (q.chars().filter(|c| !c.is_whitespace()).count() + 2).min(max_query_tokens);
+    queries.iter().map(per_query).sum::<usize>() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_bound_is_never_below_the_tokenizers_count() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/snips-minilm-l6");
+        let model = crate::model::ModelDir::load(&dir, None).unwrap();
+        let long = "supercalifragilistic antidisestablishmentarianism ".repeat(40);
+        for q in [
+            "Music",
+            "play some jazz music",
+            "what's the weather like in paris tomorrow?!",
+            "ÉTÉ à Zürich, 北京",
+            &long,
+        ] {
+            let real = model.tokenizer.encode(q, true).unwrap().len() as u64;
+            let bound = token_bound(&[q.to_owned()], model.max_tokens);
+            assert!(bound >= real, "{q:?}: bound {bound} < {real} tokens");
+        }
+        assert_eq!(token_bound(&[long.clone(), long], 128), 256, "each query is cut to the truncation");
+        assert_eq!(token_bound(&["a b".into()], 128), 4);
     }
 }

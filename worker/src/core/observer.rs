@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Admission;
+use super::admission::{Admission, Class};
 use crate::batching::runner::{BatchReport, Observer};
 use crate::metrics::Metrics;
 use crate::stats::Stats;
 
 #[derive(Debug)]
 pub(super) struct Telemetry {
+    /// The lane whose backend thread reports here.
+    pub lane: Class,
     pub admission: Arc<Admission>,
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
@@ -23,8 +25,8 @@ impl Observer for Telemetry {
         self.metrics.cancelled.inc_by(n);
     }
 
-    fn started(&self, rows: usize, _tokens: usize) {
-        self.admission.set_in_flight(rows as u64);
+    fn started(&self, rows: usize, tokens: usize) {
+        self.admission.set_in_flight(self.lane, rows as u64, tokens as u64);
     }
 
     fn waited(&self, wait: Duration) {
@@ -39,6 +41,6 @@ impl Observer for Telemetry {
     }
 
     fn done(&self) {
-        self.admission.set_in_flight(0);
+        self.admission.set_in_flight(self.lane, 0, 0);
     }
 }
