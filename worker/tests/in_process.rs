@@ -341,3 +341,39 @@ async fn tokens_are_admitted_up_to_the_capacity_and_heavy_requests_up_to_half() 
     assert_eq!(held.await.unwrap().status, 200);
     assert_eq!(post(&app, request).await.status, 200, "room again once the first is answered");
 }
+
+/// Sends `raw` on a new connection to `addr`, half-closes, and reads the answer's status line and
+/// body.
+async fn raw_exchange(addr: std::net::SocketAddr, raw: &[u8]) -> (String, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    sock.write_all(raw).await.unwrap();
+    sock.shutdown().await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut answer)).await.expect("answered").unwrap();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.lines().next().unwrap_or_default().to_owned();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (status, serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.into())))
+}
+
+#[tokio::test]
+async fn a_broken_body_gets_400_invalid_request_from_the_server() {
+    let fake = FakeBackend::new(7);
+    let w = start(&[], &fake).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(w.serve(listener, std::future::pending()));
+
+    let head = "POST /predict HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\n";
+    for (what, raw) in [
+        ("malformed chunk size", format!("{head}transfer-encoding: chunked\r\n\r\nzz\r\n{{}}\r\n0\r\n\r\n")),
+        ("chunked body cut short", format!("{head}transfer-encoding: chunked\r\n\r\n10\r\n{{\"query\"")),
+        ("body shorter than its length", format!("{head}content-length: 100\r\n\r\n{{\"query\": \"play\"}}")),
+    ] {
+        let (status, body) = raw_exchange(addr, raw.as_bytes()).await;
+        assert!(status.starts_with("HTTP/1.1 400"), "{what}: {status} {body}");
+        assert_eq!(body["error_type"], "invalid_request", "{what}: {body}");
+    }
+    server.abort();
+}
