@@ -4,8 +4,8 @@ use std::time::Instant as StdInstant;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Query, RawQuery, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
 use wire::{PredictBatchResponse, PredictParams, PredictRequest};
 
@@ -21,12 +21,8 @@ pub struct Call {
     pub all_scores: bool,
 }
 
-pub async fn get(
-    State(state): State<AppState>,
-    RawQuery(raw): RawQuery,
-    params: Result<Query<PredictParams>, QueryRejection>,
-) -> Response {
-    let call = parse_query(raw.as_deref().unwrap_or_default(), params);
+pub async fn get(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+    let call = parse_query(raw.as_deref().unwrap_or_default());
     respond(state, call).await
 }
 
@@ -36,10 +32,12 @@ pub async fn post(State(state): State<AppState>, body: Result<Bytes, BytesReject
     respond(state, call).await
 }
 
-/// A `GET /predict` query string, already decoded by axum's `Query` into `params`.
-pub fn parse_query(raw: &str, params: Result<Query<PredictParams>, QueryRejection>) -> Result<Call, ApiError> {
+/// A `GET /predict` query string (what follows `?`, still percent-encoded), decoded as axum's
+/// `Query` decodes it, but refusing invalid UTF-8 instead of replacing it.
+pub fn parse_query(raw: &str) -> Result<Call, ApiError> {
     check_utf8(raw)?;
-    let Query(p) = params.map_err(|e| ApiError::Invalid(format!("bad query string: {}", e.body_text())))?;
+    let p: PredictParams =
+        serde_urlencoded::from_str(raw).map_err(|e| ApiError::Invalid(format!("bad query string: {e}")))?;
     let query = p.query.ok_or_else(|| ApiError::Invalid("missing `query` parameter".into()))?;
     Ok(Call { queries: vec![query], batch: false, all_scores: p.all_scores })
 }
@@ -93,4 +91,129 @@ async fn predict(state: &AppState, call: Call) -> Result<Response, ApiError> {
     }
     let one = predictions.into_iter().next().ok_or_else(|| ApiError::Internal("no prediction for the query".into()))?;
     Ok(Json(one).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    //! Property tests of the parsers: any query string and any body is parsed or refused as
+    //! `invalid_request`, never a panic. `PROPTEST_CASES` sets the number of cases (2,000 by
+    //! default; `PROPTEST_CASES=10000000` for the long run in `benches/RESULTS.md`).
+    use proptest::prelude::*;
+    use wire::ErrorType;
+
+    use super::*;
+
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(2000);
+        ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
+    }
+
+    /// Percent-encodes every byte, valid UTF-8 or not.
+    fn encode(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("%{b:02X}")).collect()
+    }
+
+    pub(crate) fn query_string() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just("query".to_owned()),
+            Just("all_scores".to_owned()),
+            Just("queries".to_owned()),
+            Just(String::new()),
+            "[a-z_]{1,8}",
+        ];
+        let value = prop_oneof![
+            any::<String>().prop_map(|s| encode(s.as_bytes())),
+            prop::collection::vec(any::<u8>(), 0..40).prop_map(|b| encode(&b)),
+            "[a-zA-Z0-9+%=&._~-]{0,40}",
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+        ];
+        let pairs = prop::collection::vec((key, value), 0..5)
+            .prop_map(|ps| ps.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&"));
+        prop_oneof![pairs, any::<String>(), "[a-z_=&%0-9A-Fa-f+.]{0,64}"]
+    }
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::String),
+            "[ a-z]{0,30}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(5, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("query".to_owned()),
+                        Just("queries".to_owned()),
+                        Just("all_scores".to_owned()),
+                        any::<String>()
+                    ],
+                    inner,
+                    0..5
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    pub(crate) fn body() -> impl Strategy<Value = Vec<u8>> {
+        let nested = (1..2000usize, any::<bool>()).prop_map(|(depth, obj)| {
+            let (open, close) = if obj { (r#"{"a":"#, "}") } else { ("[", "]") };
+            format!("{}1{}", open.repeat(depth), close.repeat(depth)).into_bytes()
+        });
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..200),
+            json_value().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+            json_value().prop_map(|v| serde_json::to_vec(&serde_json::json!({"query": v})).unwrap()),
+            json_value()
+                .prop_map(|v| serde_json::to_vec(&serde_json::json!({"queries": v, "all_scores": true})).unwrap()),
+            prop::collection::vec(any::<String>(), 0..6)
+                .prop_map(|qs| serde_json::to_vec(&serde_json::json!({"queries": qs})).unwrap()),
+            nested,
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn any_query_string_is_one_query_or_invalid_request(raw in query_string()) {
+            match parse_query(&raw) {
+                Ok(call) => {
+                    prop_assert_eq!(call.queries.len(), 1);
+                    prop_assert!(!call.batch);
+                }
+                Err(e) => prop_assert_eq!(e.error_type(), ErrorType::InvalidRequest, "{}", e),
+            }
+        }
+
+        #[test]
+        fn any_body_is_a_call_or_invalid_request(body in body()) {
+            match parse_body(&body) {
+                Ok(call) => {
+                    let v: serde_json::Value = serde_json::from_slice(&body).expect("accepted bodies are JSON");
+                    let expected = match &v["queries"] {
+                        serde_json::Value::Array(qs) => qs.len(),
+                        _ => 1,
+                    };
+                    prop_assert_eq!(call.queries.len(), expected);
+                }
+                Err(e) => prop_assert_eq!(e.error_type(), ErrorType::InvalidRequest, "{}", e),
+            }
+        }
+
+        #[test]
+        fn encoded_queries_come_back_unchanged(q in any::<String>(), all in any::<bool>()) {
+            let raw = format!("all_scores={all}&query={}", encode(q.as_bytes()));
+            let call = parse_query(&raw).unwrap();
+            prop_assert_eq!(call, Call { queries: vec![q.clone()], batch: false, all_scores: all });
+            let body = serde_json::to_vec(&serde_json::json!({"queries": [q.clone(), q.clone()]})).unwrap();
+            prop_assert_eq!(parse_body(&body).unwrap().queries, vec![q.clone(), q]);
+        }
+    }
 }
