@@ -1,0 +1,386 @@
+//! Reading a request body into memory under the per-request size limit, the body deadline and
+//! the process-wide byte budget ([`BodyReader::collect`]).
+//!
+//! Budget accounting follows the memory actually held:
+//! - a body that arrives in one piece (the usual case: it came with the head) is kept as that
+//!   piece, no copy, and counted at its length;
+//! - a body in several pieces is copied into one buffer that grows by doubling (from 16 KiB, up
+//!   to its declared length or the limit), and the budget is charged for the buffer's capacity
+//!   before it grows. A client therefore has to send bytes to hold budget: a head declaring
+//!   1 MiB followed by one byte holds one byte, not a megabyte;
+//! - the returned `Bytes` carries the charge and gives it back when its last clone is dropped,
+//!   which is when the memory is freed (typically when the request has been answered);
+//! - a declared length that cannot fit in what is left of the budget is refused before reading;
+//! - growth past [`LARGE_BODY_BYTES`] may only use three quarters of the budget, so a flood of
+//!   large bodies leaves room for ordinary small requests.
+
+use std::future::poll_fn;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::Body;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::time::Sleep;
+
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::phase::TimeoutKind;
+
+/// Bodies beyond this size may use only three quarters of the budget.
+pub const LARGE_BODY_BYTES: usize = 64 << 10;
+/// First capacity of the buffer a body in several pieces is copied into.
+const FIRST_BUFFER: usize = 16 << 10;
+
+/// The process-wide budget of buffered body bytes; its count is the
+/// `*_request_body_buffered_bytes` gauge.
+#[derive(Debug)]
+struct Budget {
+    max: i64,
+    used: Gauge,
+}
+
+impl Budget {
+    fn limit_for(&self, large: bool) -> i64 {
+        if large { self.max / 4 * 3 } else { self.max }
+    }
+
+    fn would_fit(&self, n: usize, large: bool) -> bool {
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.used.get().saturating_add(n) <= self.limit_for(large)
+    }
+
+    fn try_take(&self, n: usize, large: bool) -> bool {
+        let Ok(n) = i64::try_from(n) else { return false };
+        let limit = self.limit_for(large);
+        self.used
+            .inner()
+            .fetch_update(std::sync::atomic::Ordering::AcqRel, std::sync::atomic::Ordering::Acquire, |u| {
+                (u.saturating_add(n) <= limit).then_some(u + n)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        self.used.dec_by(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+}
+
+/// Bytes taken from the budget, given back on drop.
+#[derive(Debug)]
+struct Charge {
+    budget: Arc<Budget>,
+    bytes: usize,
+}
+
+impl Charge {
+    fn grow(&mut self, n: usize, large: bool) -> Result<(), Error> {
+        if !self.budget.try_take(n, large) {
+            return Err(Error::Overloaded);
+        }
+        self.bytes += n;
+        Ok(())
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.budget.give_back(self.bytes);
+        }
+    }
+}
+
+/// A body's bytes together with their charge: the owner behind the returned `Bytes`.
+struct Held<T> {
+    bytes: T,
+    _charge: Charge,
+}
+
+impl<T: AsRef<[u8]>> AsRef<[u8]> for Held<T> {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes.as_ref()
+    }
+}
+
+/// Reads request bodies under the listener's limits. Cheap to clone; get it from
+/// [`Server::bodies`](crate::Server::bodies).
+#[derive(Debug, Clone)]
+pub struct BodyReader {
+    budget: Arc<Budget>,
+    timeout: Duration,
+    body_timeouts: Counter,
+    errors: ErrorCounters,
+}
+
+#[derive(Debug, Clone)]
+struct ErrorCounters {
+    too_large: Counter,
+    timeout: Counter,
+    broken: Counter,
+    overloaded: Counter,
+}
+
+impl BodyReader {
+    pub(crate) fn new(max_bytes: usize, timeout: Duration, metrics: &Metrics) -> Self {
+        let budget =
+            Arc::new(Budget { max: i64::try_from(max_bytes).unwrap_or(i64::MAX), used: metrics.body_buffered.clone() });
+        let errors = ErrorCounters {
+            too_large: metrics.body_error(wire::ErrorType::TooLarge),
+            timeout: metrics.body_error(wire::ErrorType::Timeout),
+            broken: metrics.body_error(wire::ErrorType::InvalidRequest),
+            overloaded: metrics.body_error(wire::ErrorType::Overloaded),
+        };
+        Self { budget, timeout, body_timeouts: metrics.timeout(TimeoutKind::Body), errors }
+    }
+
+    /// Bytes of bodies held now, over all requests.
+    pub fn buffered_bytes(&self) -> usize {
+        usize::try_from(self.budget.used.get()).unwrap_or(0)
+    }
+
+    /// The whole body, at most `limit` bytes, within `--body-read-timeout` of the first moment it
+    /// has to be waited for, and within `--max-buffered-body-bytes`. Keep the returned `Bytes`
+    /// (or clones of it) only as long as the request: the budget is given back when the last
+    /// clone is dropped. An empty body costs nothing (no allocation, no clock, no budget).
+    pub async fn collect<B>(&self, body: B, limit: usize) -> Result<Bytes, Error>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: std::fmt::Display,
+    {
+        let result = self.collect_inner(body, limit).await;
+        if let Err(e) = &result {
+            let counter = match e {
+                Error::TooLarge { .. } => &self.errors.too_large,
+                Error::Timeout(_) => {
+                    self.body_timeouts.inc();
+                    &self.errors.timeout
+                }
+                Error::Broken(_) => &self.errors.broken,
+                Error::Overloaded => &self.errors.overloaded,
+            };
+            counter.inc();
+        }
+        result
+    }
+
+    async fn collect_inner<B>(&self, body: B, limit: usize) -> Result<Bytes, Error>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: std::fmt::Display,
+    {
+        let hint = body.size_hint();
+        if hint.lower() > limit as u64 {
+            return Err(Error::TooLarge { limit });
+        }
+        if body.is_end_stream() {
+            return Ok(Bytes::new());
+        }
+        let declared = hint.exact().and_then(|n| usize::try_from(n).ok());
+        if let Some(n) = declared
+            && !self.budget.would_fit(n, n > LARGE_BODY_BYTES)
+        {
+            return Err(Error::Overloaded);
+        }
+
+        let mut body = pin!(body);
+        // Created the first time the body has to be waited for: a body that is already here
+        // costs no timer.
+        let mut deadline = pin!(None::<Sleep>);
+        let timeout = self.timeout;
+        let mut acc = Accumulator::new(Arc::clone(&self.budget), limit, declared);
+        loop {
+            let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
+                Poll::Ready(f) => Poll::Ready(Ok(f)),
+                Poll::Pending => {
+                    if deadline.is_none() {
+                        deadline.set(Some(tokio::time::sleep(timeout)));
+                    }
+                    match deadline.as_mut().as_pin_mut().map(|d| d.poll(cx)) {
+                        Some(Poll::Ready(())) => Poll::Ready(Err(Error::Timeout(timeout))),
+                        _ => Poll::Pending,
+                    }
+                }
+            })
+            .await?;
+            match frame {
+                None => return Ok(acc.finish()),
+                Some(Err(e)) => return Err(Error::Broken(e.to_string())),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        acc.push(data)?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The pieces of one body, as one buffer.
+struct Accumulator {
+    limit: usize,
+    declared: Option<usize>,
+    /// The first piece, while it is the only one.
+    first: Option<Bytes>,
+    /// The copy, from the second piece on.
+    buf: Vec<u8>,
+    /// The capacity `buf` is allowed (and charged for).
+    cap: usize,
+    charge: Charge,
+}
+
+impl Accumulator {
+    fn new(budget: Arc<Budget>, limit: usize, declared: Option<usize>) -> Self {
+        Self { limit, declared, first: None, buf: Vec::new(), cap: 0, charge: Charge { budget, bytes: 0 } }
+    }
+
+    fn len(&self) -> usize {
+        self.first.as_ref().map_or(self.buf.len(), Bytes::len)
+    }
+
+    fn push(&mut self, piece: Bytes) -> Result<(), Error> {
+        if piece.is_empty() {
+            return Ok(());
+        }
+        let len = self.len() + piece.len();
+        if len > self.limit {
+            return Err(Error::TooLarge { limit: self.limit });
+        }
+        let large = len > LARGE_BODY_BYTES;
+        if self.first.is_none() && self.cap == 0 {
+            self.charge.grow(piece.len(), large)?;
+            self.first = Some(piece);
+            return Ok(());
+        }
+        if len > self.cap {
+            let ceiling = self.declared.unwrap_or(self.limit).min(self.limit).max(len);
+            let cap = (self.cap * 2).max(FIRST_BUFFER).max(len).min(ceiling);
+            self.charge.grow(cap - self.cap, large)?;
+            self.buf.reserve_exact(cap - self.buf.len());
+            self.cap = cap;
+            if let Some(first) = self.first.take() {
+                self.buf.extend_from_slice(&first);
+                self.charge.budget.give_back(first.len());
+                self.charge.bytes -= first.len();
+            }
+        }
+        self.buf.extend_from_slice(&piece);
+        Ok(())
+    }
+
+    fn finish(self) -> Bytes {
+        let Self { first, buf, charge, .. } = self;
+        match first {
+            Some(bytes) => Bytes::from_owner(Held { bytes, _charge: charge }),
+            None if buf.is_empty() => Bytes::new(),
+            None => Bytes::from_owner(Held { bytes: buf, _charge: charge }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use hyper::body::Frame;
+
+    fn reader(budget: usize) -> BodyReader {
+        BodyReader::new(budget, Duration::from_secs(5), &Metrics::default())
+    }
+
+    fn pieces(parts: Vec<&'static [u8]>) -> impl Body<Data = Bytes, Error = std::io::Error> {
+        StreamBody::new(futures::stream::iter(parts.into_iter().map(|p| Ok(Frame::data(Bytes::from_static(p))))))
+    }
+
+    #[tokio::test]
+    async fn a_body_in_one_piece_is_returned_without_copy_and_charged_until_dropped() {
+        let r = reader(1000);
+        let b = r.collect(Full::new(Bytes::from_static(b"hello")), 100).await.unwrap();
+        assert_eq!(&b[..], b"hello");
+        assert_eq!(r.buffered_bytes(), 5);
+        let clone = b.clone();
+        drop(b);
+        assert_eq!(r.buffered_bytes(), 5);
+        drop(clone);
+        assert_eq!(r.buffered_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn pieces_are_joined_and_the_buffer_capacity_is_charged() {
+        let r = reader(1 << 20);
+        let b = r.collect(pieces(vec![b"ab", b"cd", b"e"]), 100).await.unwrap();
+        assert_eq!(&b[..], b"abcde");
+        // Three pieces, limit 100: the buffer is capped at the limit, and charged for it.
+        assert_eq!(r.buffered_bytes(), 100);
+        drop(b);
+        assert_eq!(r.buffered_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn too_large_is_refused_from_the_declared_length_or_the_bytes() {
+        let r = reader(1 << 20);
+        let e = r.collect(Full::new(Bytes::from(vec![0u8; 11])), 10).await.unwrap_err();
+        assert_eq!(e, Error::TooLarge { limit: 10 });
+        let e = r.collect(pieces(vec![b"123456", b"78901"]), 10).await.unwrap_err();
+        assert_eq!(e, Error::TooLarge { limit: 10 });
+        assert_eq!(r.buffered_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_exhausted_budget_is_overloaded_and_large_bodies_leave_a_quarter() {
+        let r = reader(400 << 10);
+        // A large body may take three quarters (300 KiB), not more.
+        let big = r.collect(Full::new(Bytes::from(vec![1u8; 200 << 10])), 1 << 20).await.unwrap();
+        let e = r.collect(Full::new(Bytes::from(vec![1u8; 150 << 10])), 1 << 20).await.unwrap_err();
+        assert_eq!(e, Error::Overloaded);
+        // Small bodies still fit in the last quarter.
+        let small = r.collect(Full::new(Bytes::from(vec![1u8; 60 << 10])), 1 << 20).await.unwrap();
+        assert_eq!(r.buffered_bytes(), (200 << 10) + (60 << 10));
+        drop((big, small));
+        assert_eq!(r.buffered_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn broken_framing_is_broken() {
+        let r = reader(1 << 20);
+        let body = StreamBody::new(futures::stream::iter(vec![
+            Ok(Frame::data(Bytes::from_static(b"ab"))),
+            Err(std::io::Error::other("invalid chunk size")),
+        ]));
+        let e = r.collect(body, 100).await.unwrap_err();
+        assert!(matches!(e, Error::Broken(_)), "{e:?}");
+        assert_eq!(r.buffered_bytes(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stalls_times_out_at_the_deadline_and_gives_its_bytes_back() {
+        let r = BodyReader::new(1 << 20, Duration::from_secs(7), &Metrics::default());
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
+        tx.send(Ok(Frame::data(Bytes::from_static(b"a")))).await.unwrap();
+        let body = StreamBody::new(tokio_stream_from(rx));
+        let start = tokio::time::Instant::now();
+        let e = r.collect(body, 100).await.unwrap_err();
+        assert_eq!(e, Error::Timeout(Duration::from_secs(7)));
+        assert_eq!(start.elapsed(), Duration::from_secs(7));
+        assert_eq!(r.buffered_bytes(), 0);
+        drop(tx);
+    }
+
+    #[tokio::test]
+    async fn an_empty_body_is_free() {
+        let r = reader(0);
+        let b = r.collect(http_body_util::Empty::<Bytes>::new(), 10).await.unwrap();
+        assert!(b.is_empty());
+        let b = r.collect(Full::new(Bytes::new()).map_err(|e| match e {}), 10).await.unwrap();
+        assert!(b.is_empty());
+    }
+
+    fn tokio_stream_from<T: Send + 'static>(
+        mut rx: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures::Stream<Item = T> + Send + 'static {
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    }
+}
