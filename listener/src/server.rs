@@ -19,12 +19,11 @@
 //! its next request's bytes are already waiting (then that request is answered, with
 //! `Connection: close`). After [`Config::drain_timeout`] the rest are closed.
 
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -228,10 +227,18 @@ where
     async fn drain(self, listener: TcpListener, timeout: Duration) {
         self.shared.registry.drain_all();
         // Handshakes the kernel completed before we stopped: their requests may be in already.
-        while let Poll::Ready(Ok((stream, _))) = poll_fn(|cx| Poll::Ready(listener.poll_accept(cx))).await {
-            self.admit(stream);
+        // Accepted with plain non-blocking `accept` calls, whatever the reactor has reported.
+        match listener.into_std() {
+            Ok(std) => {
+                while let Ok((stream, _)) = std.accept() {
+                    match stream.set_nonblocking(true).and_then(|()| TcpStream::from_std(stream)) {
+                        Ok(stream) => self.admit(stream),
+                        Err(e) => tracing::debug!(error = %e, "dropping a connection accepted while draining"),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not accept the connections waiting in the backlog"),
         }
-        drop(listener);
         let open = self.shared.metrics.open.get();
         tracing::info!(open, "draining client connections");
         let cap = u32::try_from(self.shared.metrics.limit.get()).unwrap_or(u32::MAX);

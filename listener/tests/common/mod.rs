@@ -163,7 +163,11 @@ pub enum Closed {
 
 impl Client {
     pub async fn connect(addr: SocketAddr) -> Self {
-        Self { stream: TcpStream::connect(addr).await.unwrap(), buf: Vec::new() }
+        Self::from_stream(TcpStream::connect(addr).await.unwrap())
+    }
+
+    pub fn from_stream(stream: TcpStream) -> Self {
+        Self { stream, buf: Vec::new() }
     }
 
     pub async fn send(&mut self, bytes: &[u8]) {
