@@ -4,10 +4,13 @@
 //! Budget accounting follows the memory actually held:
 //! - a body that arrives in one piece (the usual case: it came with the head) is kept as that
 //!   piece, no copy, and counted at its length;
-//! - a body in several pieces is copied into one buffer that grows by doubling (from 16 KiB, up
-//!   to its declared length or the limit), and the budget is charged for the buffer's capacity
-//!   before it grows. A client therefore has to send bytes to hold budget: a head declaring
-//!   1 MiB followed by one byte holds one byte, not a megabyte;
+//! - a body in several pieces is copied into one buffer: up to [`LARGE_BODY_BYTES`] a heap buffer
+//!   that grows by doubling (from 16 KiB, up to the declared length or the limit), charged for
+//!   its capacity before it grows; beyond, an anonymous memory mapping of the declared length
+//!   (or the limit), charged for the pages written, whose memory goes back to the system the
+//!   moment it is dropped (a freed heap block stays with the allocator). Either way a client has
+//!   to send bytes to hold budget: a head declaring 1 MiB followed by one byte holds one byte
+//!   (the bytes are charged when the second piece arrives: a page, or 16 KiB of heap);
 //! - the returned `Bytes` carries the charge and gives it back when its last clone is dropped,
 //!   which is when the memory is freed (typically when the request has been answered);
 //! - a declared length that cannot fit in what is left of the budget is refused before reading;
@@ -22,6 +25,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::Body;
+use memmap2::{MmapMut, MmapOptions};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Sleep;
@@ -219,26 +223,70 @@ impl BodyReader {
     }
 }
 
+/// Where a body in several pieces is copied.
+enum Buffer {
+    /// Not needed yet: at most one piece so far.
+    None,
+    /// Up to [`LARGE_BODY_BYTES`]: a heap buffer growing by doubling, charged for its capacity.
+    Heap(Vec<u8>),
+    /// Larger: an anonymous mapping of the whole expected length, charged for the pages written.
+    /// Untouched pages cost no memory, and unmapping gives the memory back to the system at
+    /// once, whatever the allocator keeps (mimalloc and glibc both keep freed large blocks).
+    Mapped { map: MmapMut, len: usize },
+}
+
+/// The written part of a mapping.
+struct MappedBody {
+    map: MmapMut,
+    len: usize,
+}
+
+impl AsRef<[u8]> for MappedBody {
+    fn as_ref(&self) -> &[u8] {
+        &self.map[..self.len]
+    }
+}
+
+/// The granularity of a mapping's memory.
+const PAGE: usize = 4096;
+
+fn pages(n: usize) -> usize {
+    n.div_ceil(PAGE) * PAGE
+}
+
 /// The pieces of one body, as one buffer.
 struct Accumulator {
     limit: usize,
     declared: Option<usize>,
     /// The first piece, while it is the only one.
     first: Option<Bytes>,
-    /// The copy, from the second piece on.
-    buf: Vec<u8>,
-    /// The capacity `buf` is allowed (and charged for).
-    cap: usize,
+    buf: Buffer,
+    /// What `buf` is charged for.
+    charged: usize,
     charge: Charge,
 }
 
 impl Accumulator {
     fn new(budget: Arc<Budget>, limit: usize, declared: Option<usize>) -> Self {
-        Self { limit, declared, first: None, buf: Vec::new(), cap: 0, charge: Charge { budget, bytes: 0 } }
+        Self { limit, declared, first: None, buf: Buffer::None, charged: 0, charge: Charge { budget, bytes: 0 } }
     }
 
     fn len(&self) -> usize {
-        self.first.as_ref().map_or(self.buf.len(), Bytes::len)
+        match (&self.first, &self.buf) {
+            (Some(b), _) => b.len(),
+            (None, Buffer::Heap(v)) => v.len(),
+            (None, Buffer::Mapped { len, .. }) => *len,
+            (None, Buffer::None) => 0,
+        }
+    }
+
+    /// Charges `buf` for `bytes` in all.
+    fn charge_buffer(&mut self, bytes: usize, large: bool) -> Result<(), Error> {
+        if bytes > self.charged {
+            self.charge.grow(bytes - self.charged, large)?;
+            self.charged = bytes;
+        }
+        Ok(())
     }
 
     fn push(&mut self, piece: Bytes) -> Result<(), Error> {
@@ -250,33 +298,69 @@ impl Accumulator {
             return Err(Error::TooLarge { limit: self.limit });
         }
         let large = len > LARGE_BODY_BYTES;
-        if self.first.is_none() && self.cap == 0 {
+        if self.first.is_none() && matches!(self.buf, Buffer::None) {
             self.charge.grow(piece.len(), large)?;
             self.first = Some(piece);
             return Ok(());
         }
-        if len > self.cap {
-            let ceiling = self.declared.unwrap_or(self.limit).min(self.limit).max(len);
-            let cap = (self.cap * 2).max(FIRST_BUFFER).max(len).min(ceiling);
-            self.charge.grow(cap - self.cap, large)?;
-            self.buf.reserve_exact(cap - self.buf.len());
-            self.cap = cap;
-            if let Some(first) = self.first.take() {
-                self.buf.extend_from_slice(&first);
-                self.charge.budget.give_back(first.len());
-                self.charge.bytes -= first.len();
+        if matches!(self.buf, Buffer::None) {
+            let expected = self.declared.unwrap_or(self.limit).min(self.limit).max(len);
+            self.buf = if expected > LARGE_BODY_BYTES {
+                match MmapOptions::new().len(expected).no_reserve_swap().map_anon() {
+                    Ok(map) => Buffer::Mapped { map, len: 0 },
+                    Err(e) => {
+                        tracing::debug!(error = %e, expected, "no anonymous mapping for a body; using the heap");
+                        Buffer::Heap(Vec::new())
+                    }
+                }
+            } else {
+                Buffer::Heap(Vec::new())
+            };
+        }
+        match &mut self.buf {
+            Buffer::Heap(v) if len > v.capacity() => {
+                let ceiling = self.declared.unwrap_or(self.limit).min(self.limit).max(len);
+                let cap = (v.capacity() * 2).max(FIRST_BUFFER).max(len).min(ceiling);
+                self.charge_buffer(cap, large)?;
+                if let Buffer::Heap(v) = &mut self.buf {
+                    v.reserve_exact(cap - v.len());
+                }
+            }
+            Buffer::Mapped { map, .. } if len > map.len() => {
+                // More than declared: hyper does not let that happen; refuse rather than remap.
+                return Err(Error::Broken("body longer than its declared length".to_owned()));
+            }
+            Buffer::Mapped { .. } => self.charge_buffer(pages(len), large)?,
+            _ => {}
+        }
+        let first = self.first.take();
+        for p in first.iter().chain(std::iter::once(&piece)) {
+            match &mut self.buf {
+                Buffer::Heap(v) => v.extend_from_slice(p),
+                Buffer::Mapped { map, len } => {
+                    map[*len..*len + p.len()].copy_from_slice(p);
+                    *len += p.len();
+                }
+                Buffer::None => {}
             }
         }
-        self.buf.extend_from_slice(&piece);
+        if let Some(first) = first {
+            // Now in the buffer (charged there): give its own charge back.
+            self.charge.budget.give_back(first.len());
+            self.charge.bytes -= first.len();
+        }
         Ok(())
     }
 
     fn finish(self) -> Bytes {
         let Self { first, buf, charge, .. } = self;
-        match first {
-            Some(bytes) => Bytes::from_owner(Held { bytes, _charge: charge }),
-            None if buf.is_empty() => Bytes::new(),
-            None => Bytes::from_owner(Held { bytes: buf, _charge: charge }),
+        match (first, buf) {
+            (Some(bytes), _) => Bytes::from_owner(Held { bytes, _charge: charge }),
+            (None, Buffer::Heap(v)) if !v.is_empty() => Bytes::from_owner(Held { bytes: v, _charge: charge }),
+            (None, Buffer::Mapped { map, len }) if len > 0 => {
+                Bytes::from_owner(Held { bytes: MappedBody { map, len }, _charge: charge })
+            }
+            _ => Bytes::new(),
         }
     }
 }
@@ -315,6 +399,18 @@ mod tests {
         assert_eq!(&b[..], b"abcde");
         // Three pieces, limit 100: the buffer is capped at the limit, and charged for it.
         assert_eq!(r.buffered_bytes(), 100);
+        drop(b);
+        assert_eq!(r.buffered_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_large_body_in_pieces_is_mapped_and_charged_by_the_page() {
+        let r = reader(4 << 20);
+        let piece: &'static [u8] = &[7u8; 100_000];
+        let b = r.collect(pieces(vec![piece, piece, piece]), 1 << 20).await.unwrap();
+        assert_eq!(b.len(), 300_000);
+        assert!(b.iter().all(|&x| x == 7));
+        assert_eq!(r.buffered_bytes(), pages(300_000));
         drop(b);
         assert_eq!(r.buffered_bytes(), 0);
     }

@@ -113,6 +113,11 @@ impl Metrics {
         self.timeout(kind).get()
     }
 
+    /// Bodies refused with `error_type`.
+    pub fn body_errors(&self, error_type: wire::ErrorType) -> u64 {
+        self.body_error(error_type).get()
+    }
+
     pub fn body_buffered_bytes(&self) -> i64 {
         self.body_buffered.get()
     }
