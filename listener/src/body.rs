@@ -17,13 +17,14 @@
 //! - growth past [`LARGE_BODY_BYTES`] may only use three quarters of the budget, so a flood of
 //!   large bodies leaves room for ordinary small requests.
 
-use std::future::poll_fn;
-use std::pin::pin;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt;
 use hyper::body::Body;
 use memmap2::{MmapMut, MmapOptions};
 use prometheus_client::metrics::counter::Counter;
@@ -110,17 +111,20 @@ impl<T: AsRef<[u8]>> AsRef<[u8]> for Held<T> {
     }
 }
 
-/// Reads request bodies under the listener's limits. Cheap to clone; get it from
+/// Reads request bodies under the listener's limits. Cheap to clone (one `Arc`); get it from
 /// [`Server::bodies`](crate::Server::bodies).
 #[derive(Debug, Clone)]
-pub struct BodyReader {
+pub struct BodyReader(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
     budget: Arc<Budget>,
     timeout: Duration,
     body_timeouts: Counter,
     errors: ErrorCounters,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct ErrorCounters {
     too_large: Counter,
     timeout: Counter,
@@ -138,37 +142,44 @@ impl BodyReader {
             broken: metrics.body_error(wire::ErrorType::InvalidRequest),
             overloaded: metrics.body_error(wire::ErrorType::Overloaded),
         };
-        Self { budget, timeout, body_timeouts: metrics.timeout(TimeoutKind::Body), errors }
+        Self(Arc::new(Inner { budget, timeout, body_timeouts: metrics.timeout(TimeoutKind::Body), errors }))
     }
 
     /// Bytes of bodies held now, over all requests.
     pub fn buffered_bytes(&self) -> usize {
-        usize::try_from(self.budget.used.get()).unwrap_or(0)
+        usize::try_from(self.0.budget.used.get()).unwrap_or(0)
     }
 
     /// The whole body, at most `limit` bytes, within `--body-read-timeout` of the first moment it
     /// has to be waited for, and within `--max-buffered-body-bytes`. Keep the returned `Bytes`
     /// (or clones of it) only as long as the request: the budget is given back when the last
     /// clone is dropped. An empty body costs nothing (no allocation, no clock, no budget).
-    pub async fn collect<B>(&self, body: B, limit: usize) -> Result<Bytes, Error>
+    pub fn collect<B>(&self, body: B, limit: usize) -> impl Future<Output = Result<Bytes, Error>>
     where
         B: Body<Data = Bytes>,
         B::Error: std::fmt::Display,
     {
-        let result = self.collect_inner(body, limit).await;
-        if let Err(e) = &result {
-            let counter = match e {
-                Error::TooLarge { .. } => &self.errors.too_large,
-                Error::Timeout(_) => {
-                    self.body_timeouts.inc();
-                    &self.errors.timeout
-                }
-                Error::Broken(_) => &self.errors.broken,
-                Error::Overloaded => &self.errors.overloaded,
-            };
-            counter.inc();
-        }
-        result
+        // One state machine, not an `async fn` awaiting another: this future lives inside every
+        // request's future, which hyper moves once per request.
+        self.collect_inner(body, limit).inspect(|result| {
+            if let Err(e) = result {
+                self.count(e);
+            }
+        })
+    }
+
+    fn count(&self, e: &Error) {
+        let errors = &self.0.errors;
+        let counter = match e {
+            Error::TooLarge { .. } => &errors.too_large,
+            Error::Timeout(_) => {
+                self.0.body_timeouts.inc();
+                &errors.timeout
+            }
+            Error::Broken(_) => &errors.broken,
+            Error::Overloaded => &errors.overloaded,
+        };
+        counter.inc();
     }
 
     async fn collect_inner<B>(&self, body: B, limit: usize) -> Result<Bytes, Error>
@@ -184,28 +195,27 @@ impl BodyReader {
             return Ok(Bytes::new());
         }
         let declared = hint.exact().and_then(|n| usize::try_from(n).ok());
+        let inner = &*self.0;
         if let Some(n) = declared
-            && !self.budget.would_fit(n, n > LARGE_BODY_BYTES)
+            && !inner.budget.would_fit(n, n > LARGE_BODY_BYTES)
         {
             return Err(Error::Overloaded);
         }
 
         let mut body = pin!(body);
-        // Created the first time the body has to be waited for: a body that is already here
-        // costs no timer.
-        let mut deadline = pin!(None::<Sleep>);
-        let timeout = self.timeout;
-        let mut acc = Accumulator::new(Arc::clone(&self.budget), limit, declared);
+        // Created (and allocated) the first time the body has to be waited for: a body that is
+        // already here costs no timer, and the future stays small.
+        let mut deadline: Option<Pin<Box<Sleep>>> = None;
+        let timeout = inner.timeout;
+        let mut acc = Accumulator::new(Arc::clone(&inner.budget), limit, declared);
         loop {
             let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
                 Poll::Ready(f) => Poll::Ready(Ok(f)),
                 Poll::Pending => {
-                    if deadline.is_none() {
-                        deadline.set(Some(tokio::time::sleep(timeout)));
-                    }
-                    match deadline.as_mut().as_pin_mut().map(|d| d.poll(cx)) {
-                        Some(Poll::Ready(())) => Poll::Ready(Err(Error::Timeout(timeout))),
-                        _ => Poll::Pending,
+                    let d = deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                    match d.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(Err(Error::Timeout(timeout))),
+                        Poll::Pending => Poll::Pending,
                     }
                 }
             })

@@ -1,6 +1,6 @@
 //! One client connection's task: hyper's HTTP/1 connection over [`Io`], with the caller's
-//! service wrapped in [`Tracked`], raced against the connection's one timer and the signals of
-//! the accept loop (drain, evict, abort).
+//! service wrapped in [`Tracked`], and the signals of the accept loop (drain, evict, abort) and
+//! of the sweeper (a deadline passed).
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
@@ -16,11 +16,10 @@ use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::counter::Counter;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio::time::Instant;
 
 use crate::io::Io;
 use crate::metrics::Metrics;
-use crate::phase::{ABORT, Check, ConnState, DRAIN, Deadlines, EVICT, Phase, TimeoutKind};
+use crate::phase::{ABORT, Clock, ConnState, DRAIN, Deadlines, EVICT, EXPIRED, Phase, TimeoutKind};
 use crate::registry::Registry;
 use crate::service::Tracked;
 
@@ -31,7 +30,7 @@ pub(crate) struct Shared {
     pub deadlines: Deadlines,
     pub registry: Arc<Registry>,
     pub metrics: Metrics,
-    pub base: Instant,
+    pub clock: Arc<Clock>,
     pub timeouts: TimeoutCounters,
 }
 
@@ -86,11 +85,10 @@ pub(crate) async fn serve<S, B>(stream: TcpStream, shared: Arc<Shared>, service:
 where
     S: Service<Request<Incoming>, Response = Response<B>>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: Body<Data = Bytes> + 'static,
+    B: Body<Data = Bytes> + From<Bytes> + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let opened = Instant::now();
-    let state = Arc::new(ConnState::new(shared.base, opened));
+    let state = Arc::new(ConnState::new(Arc::clone(&shared.clock)));
     let _entry = shared.registry.insert(Arc::clone(&state));
     shared.metrics.accepted.inc();
     shared.metrics.open.inc();
@@ -98,7 +96,7 @@ where
 
     let io = TokioIo::new(Io::new(stream, Arc::clone(&state)));
     let conn = shared.http.serve_connection(io, Tracked::new(service, Arc::clone(&state)));
-    let end = drive(conn, &state, shared.deadlines, opened).await;
+    let end = drive(conn, &state, shared.deadlines).await;
     if state.signals() & EVICT != 0 {
         shared.metrics.evicted.inc();
     }
@@ -112,12 +110,11 @@ where
     }
 }
 
-async fn drive<C>(conn: C, state: &ConnState, deadlines: Deadlines, opened: Instant) -> End
+async fn drive<C>(conn: C, state: &ConnState, deadlines: Deadlines) -> End
 where
     C: Future<Output = Result<(), hyper::Error>> + GracefulShutdown,
 {
     let mut conn = pin!(conn);
-    let mut timer = pin!(tokio::time::sleep_until(deadlines.first_wake(opened)));
     let mut drain_seen = false;
     let mut header_expired = false;
     poll_fn(|cx| {
@@ -135,31 +132,28 @@ where
                 conn.as_mut().shutdown_gracefully();
             }
         }
-        loop {
-            if let Poll::Ready(res) = conn.as_mut().poll(cx) {
-                return Poll::Ready(if header_expired { End::Timeout(TimeoutKind::Header) } else { End::Done(res) });
-            }
-            if header_expired {
-                // The 408 was written (or could not be) when hyper last read; close now.
-                return Poll::Ready(End::Timeout(TimeoutKind::Header));
-            }
-            loop {
-                if timer.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
+        if signals & EXPIRED != 0 && !header_expired {
+            state.clear(EXPIRED);
+            // Checked again: a request may have moved the connection on since the sweep.
+            match deadlines.expired(state.phase(), state.since(), state.clock().now()) {
+                None => {}
+                // Let hyper read once more: the socket wrapper answers 408 and fails the read,
+                // and hyper ends the connection.
+                Some(TimeoutKind::Header) => {
+                    state.set_header_timed_out();
+                    header_expired = true;
                 }
-                match deadlines.check(state.phase(), state.since(), Instant::now()) {
-                    Check::WakeAt(at) => timer.as_mut().reset(at),
-                    Check::Expired(TimeoutKind::Header) => {
-                        // Let hyper read once more: the socket wrapper answers 408 and fails the
-                        // read, and hyper ends the connection.
-                        state.set_header_timed_out();
-                        header_expired = true;
-                        break;
-                    }
-                    Check::Expired(kind) => return Poll::Ready(End::Timeout(kind)),
-                }
+                Some(kind) => return Poll::Ready(End::Timeout(kind)),
             }
         }
+        if let Poll::Ready(res) = conn.as_mut().poll(cx) {
+            return Poll::Ready(if header_expired { End::Timeout(TimeoutKind::Header) } else { End::Done(res) });
+        }
+        if header_expired {
+            // The 408 was written (or could not be) when hyper last read; close now.
+            return Poll::Ready(End::Timeout(TimeoutKind::Header));
+        }
+        Poll::Pending
     })
     .await
 }
@@ -173,7 +167,7 @@ impl<S, B> GracefulShutdown for http1::Connection<TokioIo<Io>, Tracked<S>>
 where
     S: Service<Request<Incoming>, Response = Response<B>>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: Body<Data = Bytes> + 'static,
+    B: Body<Data = Bytes> + From<Bytes> + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     fn shutdown_gracefully(self: std::pin::Pin<&mut Self>) {

@@ -1,6 +1,7 @@
 //! What a connection is doing, and when it must end: the timeout policy as a plain struct
-//! ([`Deadlines`]) tested on explicit instants, and the per-connection state ([`ConnState`]) that
-//! the socket wrapper, the service wrapper and the connection task update.
+//! ([`Deadlines`]) tested on explicit instants, the per-connection state ([`ConnState`]) that the
+//! socket wrapper, the service wrapper and the connection task update, and the coarse [`Clock`]
+//! they read.
 //!
 //! Policy:
 //! - **Head** (a request head is being received): closed `header` after its first byte, or after
@@ -14,14 +15,15 @@
 //!   Flushing that is a client that does not read its answer ("send" timeout); in Idle, an idle
 //!   keep-alive connection.
 //!
-//! Timer: each connection has one `Sleep`, and it is not touched per request. It always fires at
-//! or before the current deadline: it is armed at most `tick` (the shorter of the two timeouts)
-//! ahead, and every phase change starts a deadline at least `tick` away, so a phase change never
-//! needs to move it earlier; when it fires, the phase and its start are read and the timer
-//! re-armed. A busy connection therefore costs one timer wake-up per `tick`, whatever its
-//! request rate.
+//! Time: no connection has a timer, and no request reads the system clock. One sweeper task per
+//! listener (nginx and Envoy likewise keep one timer structure per worker thread) wakes every
+//! [`Clock::resolution`] (a hundredth of the shorter timeout, between 5 and 100 ms), advances
+//! the coarse clock and signals the connections past their deadline; phase changes stamp
+//! themselves with that clock (an atomic load). A timeout therefore fires within one
+//! resolution of its nominal time (1 %).
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::task::AtomicWaker;
@@ -72,14 +74,6 @@ impl TimeoutKind {
     }
 }
 
-/// The outcome of looking at a connection's deadline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Check {
-    Expired(TimeoutKind),
-    /// Look again at this instant (never after the deadline).
-    WakeAt(Instant),
-}
-
 /// The header and idle timeouts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadlines {
@@ -88,24 +82,58 @@ pub(crate) struct Deadlines {
 }
 
 impl Deadlines {
-    fn tick(&self) -> Duration {
-        self.header.min(self.idle)
-    }
-
-    /// Whether a connection in `phase` since `since` has run out of time at `now`.
-    pub(crate) fn check(&self, phase: Phase, since: Instant, now: Instant) -> Check {
-        let (deadline, kind) = match phase {
-            Phase::Head => (since + self.header, TimeoutKind::Header),
-            Phase::Busy => return Check::WakeAt(now + self.tick()),
-            Phase::Flushing => (since + self.idle, TimeoutKind::Send),
-            Phase::Idle => (since + self.idle, TimeoutKind::Idle),
+    /// Which timeout a connection in `phase` since `since` has run past at `now`, if any.
+    pub(crate) fn expired(&self, phase: Phase, since: Instant, now: Instant) -> Option<TimeoutKind> {
+        let (limit, kind) = match phase {
+            Phase::Head => (self.header, TimeoutKind::Header),
+            Phase::Busy => return None,
+            Phase::Flushing => (self.idle, TimeoutKind::Send),
+            Phase::Idle => (self.idle, TimeoutKind::Idle),
         };
-        if now >= deadline { Check::Expired(kind) } else { Check::WakeAt(deadline.min(now + self.tick())) }
+        (now.saturating_duration_since(since) >= limit).then_some(kind)
+    }
+}
+
+/// A clock advanced by the sweeper: reading it is an atomic load.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    base: Instant,
+    /// Nanoseconds since `base` at the last sweep.
+    now: AtomicU64,
+    resolution: Duration,
+}
+
+impl Clock {
+    pub(crate) fn new(deadlines: Deadlines) -> Self {
+        let resolution =
+            (deadlines.header.min(deadlines.idle) / 100).clamp(Duration::from_millis(5), Duration::from_millis(100));
+        let base = Instant::now();
+        Self { base, now: AtomicU64::new(0), resolution }
     }
 
-    /// Where the timer of a new connection (in Head since `opened`) is first armed.
-    pub(crate) fn first_wake(&self, opened: Instant) -> Instant {
-        opened + self.tick()
+    /// How often the sweeper runs.
+    pub(crate) fn resolution(&self) -> Duration {
+        self.resolution
+    }
+
+    /// The time of the last sweep.
+    pub(crate) fn now(&self) -> Instant {
+        self.at(self.now.load(Ordering::Relaxed))
+    }
+
+    /// Advances the clock to the system's (tokio's) time; returns it.
+    pub(crate) fn advance(&self) -> Instant {
+        let now = Instant::now();
+        self.now.store(self.nanos(now), Ordering::Relaxed);
+        now
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn at(&self, nanos: u64) -> Instant {
+        self.base + Duration::from_nanos(nanos)
     }
 }
 
@@ -113,30 +141,33 @@ impl Deadlines {
 pub(crate) const DRAIN: u8 = 1;
 pub(crate) const EVICT: u8 = 2;
 pub(crate) const ABORT: u8 = 4;
+/// The sweeper found the connection past a deadline (the task checks again).
+pub(crate) const EXPIRED: u8 = 8;
 
 /// The state of one connection, shared by its socket wrapper, service wrapper and task (all
-/// polled by that one task, so relaxed atomics suffice), and signalled by the accept loop.
+/// polled by that one task, so relaxed atomics suffice), and signalled by the accept loop and
+/// the sweeper.
 #[derive(Debug)]
 pub(crate) struct ConnState {
     phase: AtomicU8,
-    /// When the phase started (Head, Flushing, Idle), in nanoseconds since `base`.
+    /// When the phase started (Head, Flushing, Idle), in the clock's nanoseconds.
     since: AtomicU64,
     signals: AtomicU8,
-    header_timed_out: AtomicBool,
+    header_timed_out: std::sync::atomic::AtomicBool,
     waker: AtomicWaker,
-    base: Instant,
+    clock: Arc<Clock>,
 }
 
 impl ConnState {
-    /// A connection opened at `now`, waiting for its first head.
-    pub(crate) fn new(base: Instant, now: Instant) -> Self {
+    /// A connection opened now, waiting for its first head.
+    pub(crate) fn new(clock: Arc<Clock>) -> Self {
         Self {
             phase: AtomicU8::new(Phase::Head as u8),
-            since: AtomicU64::new(nanos(base, now)),
+            since: AtomicU64::new(clock.now.load(Ordering::Relaxed)),
             signals: AtomicU8::new(0),
-            header_timed_out: AtomicBool::new(false),
+            header_timed_out: std::sync::atomic::AtomicBool::new(false),
             waker: AtomicWaker::new(),
-            base,
+            clock,
         }
     }
 
@@ -145,39 +176,39 @@ impl ConnState {
     }
 
     pub(crate) fn since(&self) -> Instant {
-        self.base + Duration::from_nanos(self.since.load(Ordering::Relaxed))
+        self.clock.at(self.since.load(Ordering::Relaxed))
     }
 
-    fn enter(&self, phase: Phase, at: Option<Instant>) {
-        if let Some(at) = at {
-            self.since.store(nanos(self.base, at), Ordering::Relaxed);
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    fn enter(&self, phase: Phase, stamp: bool) {
+        if stamp {
+            self.since.store(self.clock.now.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         self.phase.store(phase as u8, Ordering::Relaxed);
     }
 
     /// The first byte of a new head arrived on an idle connection.
     pub(crate) fn head_started(&self) {
-        self.enter(Phase::Head, Some(Instant::now()));
+        self.enter(Phase::Head, true);
     }
 
     /// A request went to the service.
     pub(crate) fn busy(&self) {
-        self.enter(Phase::Busy, None);
+        self.enter(Phase::Busy, false);
     }
 
     /// The service's answer was handed over whole to hyper.
     pub(crate) fn answered(&self) {
-        self.answered_at(Instant::now());
-    }
-
-    pub(crate) fn answered_at(&self, at: Instant) {
-        self.enter(Phase::Flushing, Some(at));
+        self.enter(Phase::Flushing, true);
     }
 
     /// hyper flushed everything it had to write: an answer in Flushing is now on the wire.
     pub(crate) fn flushed(&self) {
         if self.phase() == Phase::Flushing {
-            self.enter(Phase::Idle, None);
+            self.enter(Phase::Idle, false);
         }
     }
 
@@ -196,6 +227,11 @@ impl ConnState {
         self.waker.wake();
     }
 
+    /// Clears `bits`.
+    pub(crate) fn clear(&self, bits: u8) {
+        self.signals.fetch_and(!bits, Ordering::AcqRel);
+    }
+
     pub(crate) fn register(&self, waker: &std::task::Waker) {
         self.waker.register(waker);
     }
@@ -207,10 +243,12 @@ impl ConnState {
     pub(crate) fn header_timed_out(&self) -> bool {
         self.header_timed_out.load(Ordering::Relaxed)
     }
-}
 
-fn nanos(base: Instant, at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(base).as_nanos()).unwrap_or(u64::MAX)
+    /// Stamps the current phase with `at` (tests).
+    #[cfg(test)]
+    pub(crate) fn stamp(&self, at: Instant) {
+        self.since.store(self.clock.nanos(at), Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -226,54 +264,47 @@ mod tests {
     #[test]
     fn a_head_expires_header_timeout_after_it_started() {
         let t0 = Instant::now();
-        assert_eq!(D.check(Phase::Head, t0, at(t0, 3)), Check::WakeAt(at(t0, 10)));
-        assert_eq!(D.check(Phase::Head, t0, at(t0, 10)), Check::Expired(TimeoutKind::Header));
+        assert_eq!(D.expired(Phase::Head, t0, at(t0, 9)), None);
+        assert_eq!(D.expired(Phase::Head, t0, at(t0, 10)), Some(TimeoutKind::Header));
     }
 
     #[test]
-    fn a_busy_connection_has_no_deadline_but_is_looked_at_every_tick() {
+    fn a_busy_connection_has_no_deadline() {
         let t0 = Instant::now();
-        assert_eq!(D.check(Phase::Busy, t0, at(t0, 1000)), Check::WakeAt(at(t0, 1010)));
+        assert_eq!(D.expired(Phase::Busy, t0, at(t0, 100_000)), None);
     }
 
     #[test]
     fn idle_and_unread_answers_expire_idle_timeout_after_the_answer() {
         let t0 = Instant::now();
-        assert_eq!(D.check(Phase::Idle, t0, at(t0, 70)), Check::WakeAt(at(t0, 75)));
-        assert_eq!(D.check(Phase::Idle, t0, at(t0, 75)), Check::Expired(TimeoutKind::Idle));
-        assert_eq!(D.check(Phase::Flushing, t0, at(t0, 80)), Check::Expired(TimeoutKind::Send));
-        // Early in the idle period the timer looks again within a tick, not at the deadline:
-        // a head may start any moment and its deadline is nearer.
-        assert_eq!(D.check(Phase::Idle, t0, at(t0, 1)), Check::WakeAt(at(t0, 11)));
+        assert_eq!(D.expired(Phase::Idle, t0, at(t0, 74)), None);
+        assert_eq!(D.expired(Phase::Idle, t0, at(t0, 75)), Some(TimeoutKind::Idle));
+        assert_eq!(D.expired(Phase::Flushing, t0, at(t0, 75)), Some(TimeoutKind::Send));
+        // A clock behind the stamp (never in practice) is not a timeout.
+        assert_eq!(D.expired(Phase::Idle, at(t0, 5), t0), None);
     }
 
-    /// The invariant that lets the timer stay untouched between its firings: wherever it is
-    /// armed, neither the current deadline nor the deadline of any phase entered later comes
-    /// before it.
     #[test]
-    fn the_timer_never_fires_after_a_deadline_whatever_the_phase_changes() {
-        let t0 = Instant::now();
-        let long_header = Deadlines { header: Duration::from_secs(90), idle: Duration::from_secs(5) };
-        for d in [D, long_header] {
-            for phase in [Phase::Head, Phase::Busy, Phase::Flushing, Phase::Idle] {
-                for fired_s in [0u64, 3, 4, 40] {
-                    let fired = at(t0, fired_s);
-                    let Check::WakeAt(armed) = d.check(phase, t0, fired) else { continue };
-                    assert!(armed > fired);
-                    if phase != Phase::Busy {
-                        let own = if phase == Phase::Head { t0 + d.header } else { t0 + d.idle };
-                        assert!(armed <= own, "{phase:?}: armed after its own deadline");
-                    }
-                    // A phase with a deadline entered at `t >= fired`: Head (`t + header`) or
-                    // Flushing (`t + idle`).
-                    for change_s in fired_s..fired_s + 100 {
-                        let t = at(t0, change_s);
-                        for deadline in [t + d.header, t + d.idle] {
-                            assert!(armed <= deadline, "{phase:?} at {fired_s}s: armed {armed:?} > {deadline:?}");
-                        }
-                    }
-                }
-            }
-        }
+    fn the_clock_resolution_is_a_hundredth_of_the_shorter_timeout_within_bounds() {
+        assert_eq!(Clock::new(D).resolution(), Duration::from_millis(100));
+        let short = Deadlines { header: Duration::from_secs(2), idle: Duration::from_secs(5) };
+        assert_eq!(Clock::new(short).resolution(), Duration::from_millis(20));
+        let tiny = Deadlines { header: Duration::from_millis(100), idle: Duration::from_secs(5) };
+        assert_eq!(Clock::new(tiny).resolution(), Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn phase_changes_are_stamped_with_the_last_sweep() {
+        let clock = Arc::new(Clock::new(D));
+        let conn = ConnState::new(Arc::clone(&clock));
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let swept = clock.advance();
+        tokio::time::advance(Duration::from_millis(50)).await;
+        conn.busy();
+        conn.answered();
+        assert_eq!(conn.phase(), Phase::Flushing);
+        assert_eq!(conn.since(), swept);
+        conn.flushed();
+        assert_eq!((conn.phase(), conn.since()), (Phase::Idle, swept));
     }
 }

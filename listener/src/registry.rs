@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use slab::Slab;
 
-use crate::phase::{ABORT, ConnState, DRAIN, EVICT, Phase};
+use tokio::time::Instant;
+
+use crate::phase::{ABORT, ConnState, DRAIN, Deadlines, EVICT, EXPIRED, Phase};
 
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
@@ -64,6 +66,15 @@ impl Registry {
         }
     }
 
+    /// Signals every connection past a deadline at `now` (the sweeper, once per clock tick).
+    pub(crate) fn expire(&self, deadlines: Deadlines, now: Instant) {
+        for (_, c) in self.lock().iter() {
+            if c.signals() & EXPIRED == 0 && deadlines.expired(c.phase(), c.since(), now).is_some() {
+                c.signal(EXPIRED);
+            }
+        }
+    }
+
     /// Asks up to `n` of the longest-idle keep-alive connections to close; returns how many.
     pub(crate) fn evict_idle(&self, n: usize) -> usize {
         let conns = self.lock();
@@ -88,34 +99,54 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::phase::Clock;
     use std::time::Duration;
-    use tokio::time::Instant;
+
+    const D: Deadlines = Deadlines { header: Duration::from_secs(10), idle: Duration::from_secs(75) };
+
+    fn answered_at(c: &ConnState, at: Instant) {
+        c.busy();
+        c.answered();
+        c.flushed();
+        c.stamp(at);
+    }
 
     #[test]
     fn eviction_takes_the_longest_idle_and_only_idle_ones() {
         let r = Arc::new(Registry::default());
+        let clock = Arc::new(Clock::new(D));
         let base = Instant::now();
-        let mk = |s: u64| Arc::new(ConnState::new(base, base + Duration::from_secs(s)));
-        let (busy, old, young, older) = (mk(0), mk(0), mk(0), mk(0));
-        let _e: Vec<Entry> = [&busy, &old, &young, &older].iter().map(|c| r.insert(Arc::clone(c))).collect();
+        let mk = || Arc::new(ConnState::new(Arc::clone(&clock)));
+        let (busy, old, young, older) = (mk(), mk(), mk(), mk());
+        let entries: Vec<Entry> = [&busy, &old, &young, &older].iter().map(|c| r.insert(Arc::clone(c))).collect();
         busy.busy();
-        for c in [&old, &young, &older] {
-            c.busy();
-        }
-        // Answered (and flushed) at different times.
-        tokio_test_answer(&older, base, 1);
-        tokio_test_answer(&old, base, 2);
-        tokio_test_answer(&young, base, 3);
+        answered_at(&older, base + Duration::from_secs(1));
+        answered_at(&old, base + Duration::from_secs(2));
+        answered_at(&young, base + Duration::from_secs(3));
         assert_eq!(r.evict_idle(2), 2);
         assert!(older.draining() && old.draining());
         assert!(!young.draining() && !busy.draining());
         assert_eq!(r.len(), 4);
-        drop(_e);
+        drop(entries);
         assert_eq!(r.len(), 0);
     }
 
-    fn tokio_test_answer(c: &ConnState, base: Instant, s: u64) {
-        c.answered_at(base + Duration::from_secs(s));
-        c.flushed();
+    #[test]
+    fn the_sweep_signals_exactly_the_connections_past_a_deadline() {
+        let r = Arc::new(Registry::default());
+        let clock = Arc::new(Clock::new(D));
+        let t0 = Instant::now();
+        let mk = || Arc::new(ConnState::new(Arc::clone(&clock)));
+        let (head, busy, idle) = (mk(), mk(), mk());
+        let _entries: Vec<Entry> = [&head, &busy, &idle].iter().map(|c| r.insert(Arc::clone(c))).collect();
+        head.stamp(t0);
+        busy.busy();
+        answered_at(&idle, t0);
+        r.expire(D, t0 + Duration::from_secs(9));
+        assert!([&head, &busy, &idle].iter().all(|c| c.signals() & EXPIRED == 0));
+        r.expire(D, t0 + Duration::from_secs(10));
+        assert_eq!((head.signals() & EXPIRED, busy.signals() & EXPIRED, idle.signals() & EXPIRED), (EXPIRED, 0, 0));
+        r.expire(D, t0 + Duration::from_secs(75));
+        assert_eq!((busy.signals() & EXPIRED, idle.signals() & EXPIRED), (0, EXPIRED));
     }
 }

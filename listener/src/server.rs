@@ -34,7 +34,6 @@ use hyper::service::Service;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 
 use crate::args::{Config, MAX_HEAD_BYTES};
 use crate::body::BodyReader;
@@ -42,7 +41,7 @@ use crate::conn::{self, Shared, TimeoutCounters};
 use crate::io::LINGER_BYTES;
 use crate::metrics::Metrics;
 use crate::nofile;
-use crate::phase::Deadlines;
+use crate::phase::{Clock, Deadlines};
 use crate::registry::Registry;
 use crate::{BoxError, answer};
 
@@ -98,13 +97,14 @@ impl Server {
         http.max_buf_size(MAX_HEAD_BYTES);
 
         let bodies = BodyReader::new(config.max_buffered_body_bytes, config.body_read_timeout, &metrics);
+        let deadlines = Deadlines { header: config.header_read_timeout, idle: config.idle_timeout };
         let shared = Arc::new(Shared {
             http,
-            deadlines: Deadlines { header: config.header_read_timeout, idle: config.idle_timeout },
+            deadlines,
             registry: Arc::new(Registry::default()),
             timeouts: TimeoutCounters::new(&metrics),
             metrics,
-            base: Instant::now(),
+            clock: Arc::new(Clock::new(deadlines)),
         });
         Self {
             listener,
@@ -137,10 +137,11 @@ impl Server {
         S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
         S::Future: Send + 'static,
         S::Error: Into<BoxError>,
-        B: Body<Data = Bytes> + Send + 'static,
+        B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
         let Self { listener, config, shared, permits, refusals, .. } = self;
+        let sweeper = AbortOnDrop(tokio::spawn(sweep(Arc::clone(&shared))));
         let admit = Admit { shared, permits, refusals, service, retry_after_s: config.retry_after_s };
         let mut shutdown = pin!(shutdown);
         let mut backoff = Backoff::default();
@@ -176,6 +177,26 @@ impl Server {
             }
         }
         admit.drain(listener, config.drain_timeout).await;
+        drop(sweeper);
+    }
+}
+
+/// Advances the coarse clock and signals the connections past a deadline, once per clock tick.
+async fn sweep(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(shared.clock.resolution());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = shared.clock.advance();
+        shared.registry.expire(shared.deadlines, now);
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -193,7 +214,7 @@ where
     S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
-    B: Body<Data = Bytes> + Send + 'static,
+    B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
     fn admit(&self, stream: TcpStream) {

@@ -2,8 +2,8 @@
 //! in and answered when the answer's body has been handed over whole, answers 414 for an
 //! over-long target, and adds `Connection: close` to answers given while draining.
 //!
-//! Per request this is two relaxed stores, one clock read (when the answer is handed over) and
-//! one `Arc` clone; no allocation, no timer.
+//! Per request this is two relaxed stores, a length comparison, one clock read (when the answer
+//! is handed over) and one `Arc` clone; no allocation, no timer.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,7 +12,6 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, header};
-use http_body_util::{Either, Full};
 use hyper::body::{Body, Incoming};
 use hyper::service::Service;
 use pin_project_lite::pin_project;
@@ -43,7 +42,7 @@ fn target_len<B>(req: &Request<B>) -> usize {
 impl<S, B> Service<Request<Incoming>> for Tracked<S>
 where
     S: Service<Request<Incoming>, Response = Response<B>>,
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + From<Bytes>,
 {
     type Response = Response<TrackedBody<B>>;
     type Error = S::Error;
@@ -52,12 +51,9 @@ where
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         self.conn.busy();
         if target_len(&req) > MAX_URI_BYTES {
-            return TrackedFuture {
-                state: State::Local { answer: Some(answer::uri_too_long()) },
-                conn: self.conn.clone(),
-            };
+            return TrackedFuture { state: State::UriTooLong, conn: Some(self.conn.clone()) };
         }
-        TrackedFuture { state: State::Inner { fut: self.inner.call(req) }, conn: self.conn.clone() }
+        TrackedFuture { state: State::Inner { fut: self.inner.call(req) }, conn: Some(self.conn.clone()) }
     }
 }
 
@@ -66,7 +62,8 @@ pin_project! {
     pub(crate) struct TrackedFuture<F> {
         #[pin]
         state: State<F>,
-        conn: Arc<ConnState>,
+        // Moved into the answer's body when the answer is ready.
+        conn: Option<Arc<ConnState>>,
     }
 }
 
@@ -74,32 +71,31 @@ pin_project! {
     #[project = StateProj]
     enum State<F> {
         Inner { #[pin] fut: F },
-        Local { answer: Option<Response<Full<Bytes>>> },
+        // Built when polled: the future stays the size of the service's.
+        UriTooLong,
     }
 }
 
 impl<F, B, E> Future for TrackedFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
-    B: Body<Data = Bytes>,
+    B: Body<Data = Bytes> + From<Bytes>,
 {
     type Output = Result<Response<TrackedBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let resp = match this.state.project() {
-            StateProj::Inner { fut } => ready!(fut.poll(cx))?.map(Either::Left),
-            StateProj::Local { answer } => match answer.take() {
-                Some(r) => r.map(Either::Right),
-                None => return Poll::Pending,
-            },
+            StateProj::Inner { fut } => ready!(fut.poll(cx))?,
+            StateProj::UriTooLong => answer::uri_too_long(),
         };
-        let (mut parts, body) = resp.into_parts();
-        if this.conn.draining() {
-            parts.headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        let conn = this.conn.take();
+        let close = conn.as_ref().is_some_and(|c| c.draining());
+        let mut resp = resp.map(|inner| TrackedBody { inner, guard: Answered(conn) });
+        if close {
+            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
-        let body = TrackedBody { inner: body, guard: Answered(Some(this.conn.clone())) };
-        Poll::Ready(Ok(Response::from_parts(parts, body)))
+        Poll::Ready(Ok(resp))
     }
 }
 
@@ -119,7 +115,7 @@ pin_project! {
     /// The answer's body, as the service made it (or the listener's own).
     pub(crate) struct TrackedBody<B> {
         #[pin]
-        inner: Either<B, Full<Bytes>>,
+        inner: B,
         guard: Answered,
     }
 }
@@ -130,7 +126,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Error = B::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
