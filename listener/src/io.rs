@@ -213,6 +213,7 @@ impl AsyncWrite for Io {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        this.conn.closing();
         if ready!(this.poll_replacement(cx)).is_err() {
             this.linger = Linger::Done;
         }

@@ -105,6 +105,10 @@ impl Metrics {
         self.refused.get()
     }
 
+    pub fn accept_errors(&self) -> u64 {
+        self.accept_errors.get()
+    }
+
     pub fn connections_evicted(&self) -> u64 {
         self.evicted.get()
     }

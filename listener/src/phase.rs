@@ -205,6 +205,12 @@ impl ConnState {
         self.enter(Phase::Flushing, true);
     }
 
+    /// hyper is closing the connection (the lingering close has its own bound): no deadline, and
+    /// bytes read meanwhile (the rest of an unread body) do not start a head.
+    pub(crate) fn closing(&self) {
+        self.enter(Phase::Busy, false);
+    }
+
     /// hyper flushed everything it had to write: an answer in Flushing is now on the wire.
     pub(crate) fn flushed(&self) {
         if self.phase() == Phase::Flushing {
