@@ -126,3 +126,33 @@ impl Metrics {
         self.body_buffered.get()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_are_named_under_the_callers_prefix() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry, "gateway");
+        m.accepted.inc();
+        m.timeout(TimeoutKind::Header).inc();
+        m.body_error(wire::ErrorType::TooLarge).inc();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for series in [
+            "gateway_connections_open ",
+            "gateway_connections_limit ",
+            "gateway_connections_accepted_total 1",
+            "gateway_connections_refused_total ",
+            "gateway_connections_evicted_total ",
+            "gateway_connections_timed_out_total{timeout=\"header\"} 1",
+            "gateway_accept_errors_total ",
+            "gateway_request_body_buffered_bytes ",
+            "gateway_request_body_buffered_limit_bytes ",
+            "gateway_request_body_errors_total{error_type=\"too_large\"} 1",
+        ] {
+            assert!(text.contains(series), "{series} missing from\n{text}");
+        }
+    }
+}

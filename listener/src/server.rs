@@ -142,7 +142,14 @@ impl Server {
     {
         let Self { listener, config, shared, permits, refusals, .. } = self;
         let sweeper = AbortOnDrop(tokio::spawn(sweep(Arc::clone(&shared))));
-        let admit = Admit { shared, permits, refusals, service, retry_after_s: config.retry_after_s };
+        let admit = Admit {
+            shared,
+            permits,
+            refusals,
+            service,
+            retry_after_s: config.retry_after_s,
+            cap: config.max_connections,
+        };
         let mut shutdown = pin!(shutdown);
         let mut backoff = Backoff::default();
         loop {
@@ -207,6 +214,8 @@ struct Admit<S> {
     refusals: Arc<Semaphore>,
     service: S,
     retry_after_s: u64,
+    /// The permits `permits` was made with.
+    cap: usize,
 }
 
 impl<S, B> Admit<S>
@@ -262,14 +271,14 @@ where
         }
         let open = self.shared.metrics.open.get();
         tracing::info!(open, "draining client connections");
-        let cap = u32::try_from(self.shared.metrics.limit.get()).unwrap_or(u32::MAX);
+        let cap = u32::try_from(self.cap).unwrap_or(u32::MAX);
         let all_closed = || Arc::clone(&self.permits).acquire_many_owned(cap);
         if tokio::time::timeout(timeout, all_closed()).await.is_err() {
             tracing::warn!(open = self.shared.metrics.open.get(), "drain timeout; closing the remaining connections");
             self.shared.registry.abort_all();
             let _ = tokio::time::timeout(Duration::from_secs(1), all_closed()).await;
         }
-        let refusing = u32::try_from(refusal_slots(cap as usize)).unwrap_or(u32::MAX);
+        let refusing = u32::try_from(refusal_slots(self.cap)).unwrap_or(u32::MAX);
         let _ = tokio::time::timeout(REFUSE_TIME * 2, Arc::clone(&self.refusals).acquire_many_owned(refusing)).await;
     }
 }
