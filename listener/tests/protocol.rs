@@ -149,3 +149,25 @@ async fn an_axum_router_is_served_with_the_same_limits() {
     c.send(b"GET / HTTP/1.1\r\nbad header\r\n\r\n").await;
     assert_eq!(c.answer().await.error_type(), "invalid_request");
 }
+
+#[tokio::test(start_paused = true)]
+async fn pipelined_requests_are_all_answered_in_order() {
+    let srv = start(config()).await;
+    let mut c = Client::connect(srv.addr).await;
+    let mut many = Vec::new();
+    for i in 0..10 {
+        many.extend_from_slice(&post("/echo", format!("body {i}").as_bytes()));
+        many.extend_from_slice(&get("/"));
+    }
+    c.send(&many).await;
+    for i in 0..10 {
+        let a = c.answer().await;
+        assert_eq!((a.status, &a.body[..]), (StatusCode::OK, format!("body {i}").as_bytes()));
+        let a = c.answer().await;
+        assert_eq!((a.status, &a.body[..]), (StatusCode::OK, &b"ok"[..]));
+    }
+    // Then the connection is idle, and closed at the idle timeout.
+    let answered = tokio::time::Instant::now();
+    assert_eq!(c.closed_within(Duration::from_secs(60)).await, Closed::Closed);
+    assert!(answered.elapsed() >= srv.config.idle_timeout - Duration::from_millis(20));
+}
