@@ -60,6 +60,12 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_WORKER_FILE")]
     pub worker_file: Option<PathBuf>,
 
+    /// Kubernetes namespace of the pools given by `--worker`, `--pool-worker` and the worker file
+    /// (the external metrics API shows a pool only to requests for its namespace). Pools fed by
+    /// `--k8s-service` belong to the Service's namespace.
+    #[arg(long, env = "GATEWAY_POOL_NAMESPACE", default_value = "default")]
+    pub pool_namespace: String,
+
     /// How often the worker file is checked for changes.
     #[arg(long, env = "GATEWAY_WORKER_FILE_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub worker_file_interval: Duration,

@@ -60,6 +60,8 @@ pub struct Snapshot {
     pub outstanding_at_snapshot: u64,
     /// `GpuTelemetry::utilization_pct()`: `None` when the worker has no GPU reading.
     pub gpu_pct: Option<f64>,
+    /// Device memory used / total, when the worker has a GPU reading.
+    pub gpu_memory_used_ratio: Option<f64>,
     pub ready: bool,
     pub draining: bool,
 }
@@ -268,6 +270,12 @@ impl Endpoint {
             reported_queue: stats.queue.queued + stats.queue.in_flight,
             outstanding_at_snapshot: self.outstanding(),
             gpu_pct: stats.gpu.utilization_pct(),
+            gpu_memory_used_ratio: match &stats.gpu {
+                wire::GpuTelemetry::Available(s) if s.device.memory_total_bytes > 0 => {
+                    Some(s.device.memory_used_bytes as f64 / s.device.memory_total_bytes as f64)
+                }
+                _ => None,
+            },
             ready: stats.ready,
             draining: stats.draining,
         };

@@ -55,8 +55,9 @@ pub async fn build(config: Config) -> Result<Gateway, GatewayError> {
         .map(|s| ServiceSpec::parse(&config.default_pool, s))
         .collect::<Result<_, _>>()?;
     let targets = discovery::static_targets(&config.default_pool, &config.workers, &config.pool_workers)?;
+    let known = discovery::k8s::pool_metas(&k8s)?;
     let ctx = Arc::new(Ctx { metrics: metrics::Metrics::default(), config });
-    let pools = Pools::new(Arc::clone(&ctx));
+    let pools = Pools::new(Arc::clone(&ctx), known);
     pools.ensure(&ctx.config.default_pool);
     for spec in &k8s {
         pools.ensure(&spec.pool);

@@ -61,6 +61,7 @@ pub struct Metrics {
     pub worker_outstanding: Family<WorkerLabels, Gauge>,
     pub worker_queue: Family<WorkerLabels, FGauge>,
     pub worker_gpu: Family<WorkerLabels, FGauge>,
+    pub worker_gpu_memory: Family<WorkerLabels, FGauge>,
     pub worker_pressure: Family<WorkerLabels, FGauge>,
     pub worker_telemetry_age: Family<WorkerLabels, FGauge>,
     pub worker_stale: Family<WorkerLabels, Gauge>,
@@ -72,6 +73,7 @@ pub struct Metrics {
     pub pool_workers: Family<PoolLabels, Gauge>,
     pub pool_ready_workers: Family<PoolLabels, Gauge>,
     pub pool_backlog: Family<PoolLabels, Gauge>,
+    pub pool_gpu_memory: Family<PoolLabels, FGauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -92,6 +94,7 @@ impl Default for Metrics {
             worker_outstanding: Family::default(),
             worker_queue: Family::default(),
             worker_gpu: Family::default(),
+            worker_gpu_memory: Family::default(),
             worker_pressure: Family::default(),
             worker_telemetry_age: Family::default(),
             worker_stale: Family::default(),
@@ -103,6 +106,7 @@ impl Default for Metrics {
             pool_workers: Family::default(),
             pool_ready_workers: Family::default(),
             pool_backlog: Family::default(),
+            pool_gpu_memory: Family::default(),
         }
     }
 }
@@ -140,6 +144,11 @@ impl Metrics {
             "GPU utilization the worker reported (process SM% on a shared GPU, device% otherwise)",
             self.worker_gpu.clone(),
         );
+        r.register(
+            "worker_gpu_memory_used_ratio",
+            "Device memory used / total that the worker reported (absent without a GPU reading)",
+            self.worker_gpu_memory.clone(),
+        );
         r.register("worker_pressure", "Replica units this worker's load needs at target", self.worker_pressure.clone());
         r.register(
             "worker_telemetry_age_seconds",
@@ -163,6 +172,11 @@ impl Metrics {
         r.register("pool_workers", "Workers discovered in the pool", self.pool_workers.clone());
         r.register("pool_ready_workers", "Workers receiving traffic in the pool", self.pool_ready_workers.clone());
         r.register("pool_backlog", "Requests waiting at the gateway for a ready worker", self.pool_backlog.clone());
+        r.register(
+            "pool_gpu_memory_used_ratio",
+            "Highest device memory used / total among the pool's workers with a fresh GPU reading",
+            self.pool_gpu_memory.clone(),
+        );
         r
     }
 
@@ -172,6 +186,7 @@ impl Metrics {
         self.worker_outstanding.remove(&l);
         self.worker_queue.remove(&l);
         self.worker_gpu.remove(&l);
+        self.worker_gpu_memory.remove(&l);
         self.worker_pressure.remove(&l);
         self.worker_telemetry_age.remove(&l);
         self.worker_stale.remove(&l);

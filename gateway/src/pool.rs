@@ -43,9 +43,26 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Where a pool belongs in Kubernetes terms: the namespace whose external metrics requests see it,
+/// and the labels a metric label selector is matched against (always `pool`; pools fed by a
+/// Service also carry `service`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolMeta {
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl PoolMeta {
+    /// A pool given by flags or the worker file: the configured namespace, the `pool` label.
+    pub fn plain(pool: &str, namespace: &str) -> Self {
+        Self { namespace: namespace.to_owned(), labels: BTreeMap::from([("pool".to_owned(), pool.to_owned())]) }
+    }
+}
+
 /// One named pool: its workers, their monitors, its backlog and its signal.
 pub struct Pool {
     pub name: String,
+    pub meta: PoolMeta,
     ctx: Arc<Ctx>,
     endpoints: ArcSwap<Vec<Arc<Endpoint>>>,
     monitors: Mutex<HashMap<String, AbortOnDrop>>,
@@ -71,10 +88,15 @@ impl Drop for Waiting<'_> {
 }
 
 impl Pool {
-    fn new(name: &str, ctx: Arc<Ctx>) -> Arc<Self> {
-        let (signal, _) = watch::channel(PoolSignal { pool: name.to_owned(), ..Default::default() });
+    fn new(name: &str, meta: PoolMeta, ctx: Arc<Ctx>) -> Arc<Self> {
+        let (signal, _) = watch::channel(PoolSignal {
+            pool: name.to_owned(),
+            namespace: meta.namespace.clone(),
+            ..Default::default()
+        });
         let pool = Arc::new(Self {
             name: name.to_owned(),
+            meta,
             ctx,
             endpoints: ArcSwap::from_pointee(Vec::new()),
             monitors: Mutex::new(HashMap::new()),
@@ -189,6 +211,9 @@ pub type Targets = BTreeMap<String, BTreeSet<String>>;
 /// All pools, looked up without a lock on the request path.
 pub struct Pools {
     ctx: Arc<Ctx>,
+    /// Pools whose place is known from the start (those fed by a Service); any other pool gets
+    /// [`PoolMeta::plain`] in `--pool-namespace`.
+    known: BTreeMap<String, PoolMeta>,
     pools: ArcSwap<HashMap<String, Arc<Pool>>>,
     sources: Mutex<BTreeMap<String, Targets>>,
 }
@@ -200,8 +225,13 @@ impl std::fmt::Debug for Pools {
 }
 
 impl Pools {
-    pub fn new(ctx: Arc<Ctx>) -> Arc<Self> {
-        Arc::new(Self { ctx, pools: ArcSwap::from_pointee(HashMap::new()), sources: Mutex::new(BTreeMap::new()) })
+    pub fn new(ctx: Arc<Ctx>, known: BTreeMap<String, PoolMeta>) -> Arc<Self> {
+        Arc::new(Self {
+            ctx,
+            known,
+            pools: ArcSwap::from_pointee(HashMap::new()),
+            sources: Mutex::new(BTreeMap::new()),
+        })
     }
 
     pub fn ctx(&self) -> &Arc<Ctx> {
@@ -231,7 +261,9 @@ impl Pools {
         if let Some(p) = self.get(name) {
             return p;
         }
-        let pool = Pool::new(name, Arc::clone(&self.ctx));
+        let meta =
+            self.known.get(name).cloned().unwrap_or_else(|| PoolMeta::plain(name, &self.ctx.config.pool_namespace));
+        let pool = Pool::new(name, meta, Arc::clone(&self.ctx));
         let mut map = HashMap::clone(&self.pools.load());
         map.insert(name.to_owned(), Arc::clone(&pool));
         self.pools.store(Arc::new(map));

@@ -151,11 +151,18 @@ impl Smoother {
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct PoolSignal {
     pub pool: String,
+    /// The pool's Kubernetes namespace (`--pool-namespace`, or its Service's).
+    pub namespace: String,
     /// Replicas the pool needs at target: `max(smoothed raw, blind workers)`.
     pub signal: f64,
     /// Some worker's telemetry is stale (the signal holds and will not fall below `blind`).
     pub stale: bool,
     pub components: RawSignal,
+    /// Workers receiving traffic now.
+    pub ready_workers: usize,
+    /// Highest device memory used / total among the workers with a fresh GPU reading; `None`
+    /// when no worker has one (CPU workers, no driver): never a zero in place of a reading.
+    pub gpu_memory_used_ratio: Option<f64>,
     pub targets_queue: f64,
     pub targets_gpu_pct: f64,
     pub updated_unix_ms: u64,

@@ -34,13 +34,18 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
     let endpoints = pool.endpoints();
     let mut pressures = Vec::with_capacity(endpoints.len());
     let mut ready = 0;
+    let mut gpu_memory: Option<f64> = None;
     for ep in endpoints.iter() {
         let outstanding = ep.outstanding();
         let snap = ep.snapshot();
         let age = snap.as_ref().map(|s| now.saturating_duration_since(s.at));
-        let fresh = snap
-            .filter(|_| age.is_some_and(|a| a <= cfg.stale_after))
-            .map(|s| FreshTelemetry { queue: (outstanding + s.foreign_queue()) as f64, gpu_pct: s.gpu_pct });
+        let fresh_snap = snap.filter(|_| age.is_some_and(|a| a <= cfg.stale_after));
+        let memory = fresh_snap.as_ref().and_then(|s| s.gpu_memory_used_ratio);
+        if let Some(r) = memory {
+            gpu_memory = Some(gpu_memory.map_or(r, |m: f64| m.max(r)));
+        }
+        let fresh =
+            fresh_snap.map(|s| FreshTelemetry { queue: (outstanding + s.foreign_queue()) as f64, gpu_pct: s.gpu_pct });
         let view = WorkerView { outstanding, fresh, held: ep.held_pressure() };
         let p = signal::worker_pressure(&view, targets);
         if !p.stale {
@@ -57,6 +62,14 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
                 }
                 None => {
                     m.worker_gpu.remove(l);
+                }
+            }
+            match memory {
+                Some(r) => {
+                    m.worker_gpu_memory.get_or_create(l).set(r);
+                }
+                None => {
+                    m.worker_gpu_memory.remove(l);
                 }
             }
         }
@@ -76,6 +89,14 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
     m.pool_workers.get_or_create(&pl).set(raw.workers as i64);
     m.pool_ready_workers.get_or_create(&pl).set(ready as i64);
     m.pool_backlog.get_or_create(&pl).set(pool.backlog() as i64);
+    match gpu_memory {
+        Some(r) => {
+            m.pool_gpu_memory.get_or_create(&pl).set(r);
+        }
+        None => {
+            m.pool_gpu_memory.remove(&pl);
+        }
+    }
     for (component, v) in [
         ("queue", raw.queue),
         ("gpu", raw.gpu),
@@ -90,9 +111,12 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
     }
     PoolSignal {
         pool: pool.name.clone(),
+        namespace: pool.meta.namespace.clone(),
         signal: value,
         stale,
         components: raw,
+        ready_workers: ready,
+        gpu_memory_used_ratio: gpu_memory,
         targets_queue: targets.queue,
         targets_gpu_pct: targets.gpu_pct,
         updated_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),

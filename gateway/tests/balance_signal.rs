@@ -79,6 +79,10 @@ async fn the_signal_follows_queue_and_gpu_in_replica_units() {
         if (s["signal"].as_f64().unwrap() - 3.5).abs() < 1e-6 && s["stale"] == false {
             assert_eq!(s["components"]["blind"], 0);
             assert!((s["components"]["queue"].as_f64().unwrap() - 2.0).abs() < 1e-6);
+            assert_eq!(s["namespace"], "default");
+            assert_eq!(s["ready_workers"], 2);
+            // Device memory: a at 35 %, b at 100 %; the pool reports the fuller one.
+            assert!((s["gpu_memory_used_ratio"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{s}");
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "signal never reached 3.5: {s}");
@@ -87,6 +91,26 @@ async fn the_signal_follows_queue_and_gpu_in_replica_units() {
     let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
     assert!(text.contains("gateway_pool_signal{pool=\"default\"} 3.5"), "{text}");
     assert!(text.contains("gateway_worker_gpu_utilization_pct{pool=\"default\""), "{text}");
+    assert!(text.contains("gateway_pool_gpu_memory_used_ratio{pool=\"default\"} 1.0"), "{text}");
+}
+
+#[tokio::test]
+async fn cpu_workers_have_no_gpu_memory_reading_and_pools_take_the_configured_namespace() {
+    let a = FakeWorker::start("a").await; // gpu unavailable
+    let mut cfg = config(&[&a]);
+    cfg.pool_namespace = "ml".to_owned();
+    let gw = TestGateway::start(cfg).await;
+    gw.wait_ready("default", 1).await;
+    let pool = gw.gw.pools.get("default").unwrap();
+    assert_eq!(pool.meta.namespace, "ml");
+    assert_eq!(pool.meta.labels.get("pool").map(String::as_str), Some("default"));
+    let mut rx = pool.signal();
+    wait_for(|| rx.borrow_and_update().ready_workers == 1 && !rx.borrow().stale, "fresh signal").await;
+    let s = rx.borrow().clone();
+    assert_eq!(s.namespace, "ml");
+    assert_eq!(s.gpu_memory_used_ratio, None, "no reading is not a zero: {s:?}");
+    let text = get(&client(), &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    assert!(!text.contains("gateway_pool_gpu_memory_used_ratio{"), "{text}");
 }
 
 #[tokio::test]

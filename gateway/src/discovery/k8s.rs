@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use tokio::task::JoinHandle;
 
 use crate::error::GatewayError;
-use crate::pool::{Pools, Targets};
+use crate::pool::{PoolMeta, Pools, Targets};
 
 /// `[POOL=]NAMESPACE/SERVICE[:PORT]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,9 +44,40 @@ impl ServiceSpec {
         Ok(Self { pool, namespace: ns.to_owned(), service: svc.to_owned(), port })
     }
 
+    /// The pool's place: the Service's namespace, labels `pool` and `service`.
+    pub fn meta(&self) -> PoolMeta {
+        let mut meta = PoolMeta::plain(&self.pool, &self.namespace);
+        meta.labels.insert("service".to_owned(), self.service.clone());
+        meta
+    }
+
     pub fn source(&self) -> String {
         format!("k8s:{}/{}/{}", self.pool, self.namespace, self.service)
     }
+}
+
+/// Where each Service-fed pool belongs. One pool may be fed by several Services, but only from
+/// one namespace: the external metrics API answers a request for a namespace with its pools.
+pub fn pool_metas(specs: &[ServiceSpec]) -> Result<BTreeMap<String, PoolMeta>, GatewayError> {
+    let mut metas: BTreeMap<String, PoolMeta> = BTreeMap::new();
+    for spec in specs {
+        match metas.get_mut(&spec.pool) {
+            None => {
+                metas.insert(spec.pool.clone(), spec.meta());
+            }
+            Some(m) if m.namespace != spec.namespace => {
+                return Err(GatewayError::Config(format!(
+                    "pool {:?} is fed by Services in two namespaces ({} and {}); a pool belongs to one",
+                    spec.pool, m.namespace, spec.namespace
+                )));
+            }
+            // Several Services of one namespace: the `service` label would be ambiguous.
+            Some(m) => {
+                m.labels.remove("service");
+            }
+        }
+    }
+    Ok(metas)
 }
 
 /// Base URLs of the ready endpoints of one slice.
@@ -145,6 +176,22 @@ mod tests {
         let s = ServiceSpec::parse("d", "ml/workers").unwrap();
         assert_eq!((s.pool.as_str(), s.port.clone()), ("d", None));
         assert!(ServiceSpec::parse("d", "workers").is_err());
+    }
+
+    #[test]
+    fn service_fed_pools_take_the_service_namespace() {
+        let specs = [
+            ServiceSpec::parse("d", "gpu=ml/workers").unwrap(),
+            ServiceSpec::parse("d", "cpu=ml/cpu-a").unwrap(),
+            ServiceSpec::parse("d", "cpu=ml/cpu-b").unwrap(),
+        ];
+        let metas = pool_metas(&specs).unwrap();
+        assert_eq!(metas["gpu"].namespace, "ml");
+        assert_eq!(metas["gpu"].labels["pool"], "gpu");
+        assert_eq!(metas["gpu"].labels["service"], "workers");
+        assert_eq!(metas["cpu"].labels.get("service"), None, "two Services: no single service label");
+        let clash = [ServiceSpec::parse("d", "p=a/x").unwrap(), ServiceSpec::parse("d", "p=b/y").unwrap()];
+        assert!(pool_metas(&clash).is_err());
     }
 
     #[test]

@@ -189,6 +189,7 @@ async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Resu
     }
 }
 
+/// A worker's `/v1/stats`; with a GPU reading, device memory used is `min(gpu, 100)` % of total.
 pub fn stats(name: &str, queue: u64, gpu: u64, draining: bool) -> serde_json::Value {
     let gpu = if gpu == u64::MAX {
         serde_json::json!({"status": "unavailable", "reason": "worker runs on cpu"})
@@ -196,7 +197,7 @@ pub fn stats(name: &str, queue: u64, gpu: u64, draining: bool) -> serde_json::Va
         serde_json::json!({
             "status": "available", "source": "nvml", "sampled_at_unix_ms": 1, "age_ms": 0, "shared": false,
             "device": {"index": 0, "uuid": "GPU-x", "name": "fake", "utilization_pct": gpu as f64,
-                       "memory_utilization_pct": 0.0, "memory_used_bytes": 0, "memory_total_bytes": 1},
+                       "memory_utilization_pct": 0.0, "memory_used_bytes": gpu.min(100), "memory_total_bytes": 100},
             "process": {"pid": 1}
         })
     };
