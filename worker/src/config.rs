@@ -83,7 +83,8 @@ pub struct Config {
     #[arg(long, env = "WORKER_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
 
-    /// After SIGTERM, how long queued and running requests may take before the worker exits.
+    /// After SIGTERM, how long queued and running requests may take before the worker closes its
+    /// port; then as long again at most for answers still being written.
     #[arg(long, env = "WORKER_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
 
@@ -94,6 +95,11 @@ pub struct Config {
     /// Window of the rates in `/v1/stats`, in whole seconds (at least 1s).
     #[arg(long, env = "WORKER_STATS_WINDOW", default_value = "10s", value_parser = humantime::parse_duration)]
     pub stats_window: Duration,
+
+    /// Connection hygiene of the client port: header, body and idle timeouts, the connection
+    /// cap and the budget of buffered body bytes (the `listener` crate, as on the gateway).
+    #[command(flatten)]
+    pub listener: listener::ListenerArgs<listener::WorkerEnv>,
 
     /// Log as JSON lines instead of text.
     #[arg(long, env = "WORKER_LOG_JSON")]

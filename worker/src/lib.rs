@@ -39,6 +39,9 @@ use crate::metrics::{LiveCollector, Metrics};
 use crate::model::{ModelDir, ModelError};
 use crate::stats::Stats;
 
+/// The least time the listener's drain gives answers already computed to be written.
+const MIN_ANSWER_TIME: Duration = Duration::from_secs(1);
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error(transparent)]
@@ -56,6 +59,9 @@ pub enum StartupError {
 pub struct Worker {
     state: AppState,
     drain_timeout: Duration,
+    /// The client listener's limits and its metrics (registered with the worker's).
+    listener: listener::Config,
+    listener_metrics: listener::Metrics,
 }
 
 /// Builds a worker for `model` around the backends that `make_backend` makes: one per lane
@@ -75,6 +81,7 @@ where
     let gpu = telemetry::spawn_sampler(config.device, config.gpu_sample_interval.max(Duration::from_millis(10)));
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
+    let listener_metrics = listener::Metrics::register(&mut registry, "worker");
 
     let (loaded_tx, mut loaded_rx) = mpsc::channel(Class::ALL.len());
     let setup = move |class| {
@@ -121,12 +128,16 @@ where
         worker_id: format!("{host}/{}", std::process::id()),
         model: wire::ModelInfo { name: model.name, device: config.device.to_string(), labels: model.labels },
         max_body_bytes: config.max_body_bytes,
+        bodies: std::sync::OnceLock::new(),
         stats,
         metrics,
         registry: Arc::new(registry),
         gpu,
     });
-    Ok(Worker { state, drain_timeout: config.drain_timeout })
+    let mut listener = config.listener.config();
+    listener.drain_timeout = config.drain_timeout.max(MIN_ANSWER_TIME);
+    listener.retry_after_s = http::RETRY_AFTER_S;
+    Ok(Worker { state, drain_timeout: config.drain_timeout, listener, listener_metrics })
 }
 
 impl Worker {
@@ -139,19 +150,21 @@ impl Worker {
         http::app(self.state.clone())
     }
 
-    /// Serves on `listener` until `shutdown` resolves, then drains: `/readyz` turns 503, new
-    /// `/predict` calls get 503, accepted work is answered (at most the drain timeout), and the
-    /// listener closes.
-    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), StartupError> {
+    /// Serves on `tcp` through the client listener (`listener` crate: timeouts, connection cap,
+    /// body budget) until `shutdown` resolves, then drains in two steps. First `/readyz` turns
+    /// 503 and new `/predict` calls get 503 (retryable elsewhere) while accepted work is
+    /// answered, at most the drain timeout. Then the listener stops accepting and answers every
+    /// request it has received, on keep-alive connections too (`Connection: close`), at most the
+    /// drain timeout again, and returns.
+    pub async fn serve(self, tcp: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), StartupError> {
         let core = self.state.core.clone();
+        let server = listener::Server::new(tcp, self.listener.clone(), self.listener_metrics.clone());
+        let _ = self.state.bodies.set(server.bodies());
+        let service = hyper_util::service::TowerToHyperService::new(http::app(self.state.clone()));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let server = tokio::spawn(
-            axum::serve(listener, http::app(self.state.clone()))
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
-                .into_future(),
-        );
+        let serving = tokio::spawn(server.serve(service, async {
+            let _ = stop_rx.await;
+        }));
         shutdown.await;
         core.start_draining();
         let deadline = Instant::now() + self.drain_timeout;
@@ -163,9 +176,9 @@ impl Worker {
             tracing::warn!(outstanding = core.outstanding(), "drain timeout reached with work outstanding");
         }
         let _ = stop_tx.send(());
-        // Responses already computed are being written; idle keep-alive connections close at once.
-        if tokio::time::timeout(Duration::from_secs(5), server).await.is_err() {
-            tracing::warn!("connections still open after drain; exiting anyway");
+        // The listener bounds its own drain by the drain timeout; this only guards against a bug.
+        if tokio::time::timeout(self.listener.drain_timeout + MIN_ANSWER_TIME, serving).await.is_err() {
+            tracing::warn!("connections still open after the drain; exiting anyway");
         }
         tracing::info!("stopped");
         Ok(())

@@ -156,6 +156,7 @@ async fn draining_refuses_new_work_with_503_and_answers_accepted_work() {
     let refused = get(&app, &predict_uri("play music")).await;
     expect_error(&refused, 503, "unavailable");
     assert_eq!(refused.headers.get("retry-after").unwrap(), "1");
+    assert_eq!(refused.headers.get("connection").unwrap(), "close", "clients stop reusing connections");
     let stats = get(&app, "/v1/stats").await.body;
     assert_eq!((stats["ready"].clone(), stats["draining"].clone()), (json!(false), json!(true)));
 

@@ -2,13 +2,17 @@
 //! and its W3C `traceparent`, recorded on the request's span. The span travels with the
 //! request's queries into the batch (`batching::Entry::span`), so the backend thread's events for
 //! them carry both too. The answer echoes `x-request-id`.
+//!
+//! While the worker drains, every answer also carries `Connection: close`: clients stop reusing
+//! their keep-alive connections before the listener closes them, so no request of theirs races
+//! with that close (as Envoy does while draining).
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::Request;
-use axum::http::HeaderValue;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
@@ -20,7 +24,9 @@ const TRACEPARENT: &str = "traceparent";
 /// replaced by a new id, so a client cannot flood every log line.
 const MAX_REQUEST_ID_LEN: usize = 128;
 
-pub async fn request_context(mut req: Request, next: Next) -> Response {
+use super::AppState;
+
+pub async fn request_context(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let id = match req.headers().get(X_REQUEST_ID).filter(|v| is_printable(v, MAX_REQUEST_ID_LEN)) {
         Some(v) => v.clone(),
         None => {
@@ -37,6 +43,9 @@ pub async fn request_context(mut req: Request, next: Next) -> Response {
     );
     let mut resp = next.run(req).instrument(span).await;
     resp.headers_mut().insert(X_REQUEST_ID, id);
+    if state.core.is_draining() {
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     resp
 }
 

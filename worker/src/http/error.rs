@@ -8,16 +8,20 @@ use wire::{ErrorBody, ErrorType};
 use crate::core::CoreError;
 
 /// Seconds a client is told to wait before retrying an overloaded or draining worker.
-const RETRY_AFTER_S: &str = "1";
+pub const RETRY_AFTER_S: u64 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Refused or failed by the core.
     #[error(transparent)]
     Core(#[from] CoreError),
-    /// The request could not be parsed (bad JSON, query string or body).
+    /// The request could not be parsed (bad JSON or query string).
     #[error("{0}")]
     Invalid(String),
+    /// The body could not be read: too large (413), too slow (408), broken framing (400), or
+    /// the listener's body budget is spent (503); answered as the listener answers it.
+    #[error("{}", .0.public_message())]
+    Body(listener::Error),
     #[error("request body over the {limit}-byte limit")]
     BodyTooLarge { limit: usize },
     #[error("no route for {0}")]
@@ -34,6 +38,7 @@ impl ApiError {
         match self {
             Self::Core(e) => e.error_type(),
             Self::Invalid(_) => ErrorType::InvalidRequest,
+            Self::Body(e) => e.error_type(),
             Self::BodyTooLarge { .. } => ErrorType::TooLarge,
             Self::NotFound(_) => ErrorType::NotFound,
             Self::MethodNotAllowed => ErrorType::MethodNotAllowed,
@@ -51,6 +56,7 @@ impl ApiError {
                 CoreError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
             Self::Invalid(_) => StatusCode::BAD_REQUEST,
+            Self::Body(e) => e.status(),
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -72,13 +78,17 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let Self::Body(e) = &self {
+            tracing::debug!(error = %e, "request body refused");
+            return e.response(RETRY_AFTER_S);
+        }
         if let Some(detail) = self.detail() {
             tracing::error!(%detail, "internal error");
         }
         let body = ErrorBody { error: self.to_string(), error_type: self.error_type() };
         let mut response = (self.status(), Json(body)).into_response();
         if self.retry_after() {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
         }
         response
     }

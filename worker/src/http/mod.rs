@@ -5,10 +5,9 @@ mod error;
 mod ops;
 mod predict;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -16,7 +15,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use wire::{GpuTelemetry, ModelInfo};
 
 pub use context::X_REQUEST_ID;
-pub use error::ApiError;
+pub use error::{ApiError, RETRY_AFTER_S};
 
 use crate::core::Core;
 use crate::metrics::Metrics;
@@ -33,6 +32,10 @@ pub struct Inner {
     pub model: ModelInfo,
     /// Largest request body accepted (413 beyond).
     pub max_body_bytes: usize,
+    /// The listener's body reader (its deadline and byte budget), once served by
+    /// `Worker::serve`; without one (the routes alone, in tests) bodies are read under
+    /// `max_body_bytes` only.
+    pub bodies: OnceLock<listener::BodyReader>,
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
     pub registry: Arc<Registry>,
@@ -53,7 +56,6 @@ impl AppState {
 }
 
 pub fn app(state: AppState) -> Router {
-    let body_limit = state.max_body_bytes;
     Router::new()
         .route("/predict", get(predict::get).post(predict::post))
         .route("/healthz", get(ops::healthz))
@@ -62,8 +64,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/stats", get(ops::stats))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(error::panic_response))
-        .layer(axum::middleware::from_fn(context::request_context))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), context::request_context))
         .with_state(state)
 }

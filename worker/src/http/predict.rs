@@ -3,10 +3,10 @@
 use std::time::Instant as StdInstant;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use wire::{PredictBatchResponse, PredictParams, PredictRequest};
 
 use super::AppState;
@@ -26,10 +26,22 @@ pub async fn get(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Resp
     respond(state, call).await
 }
 
-pub async fn post(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    let limit = state.max_body_bytes;
-    let call = body.map_err(|e| body_error(&e, limit)).and_then(|b| parse_body(&b));
+pub async fn post(State(state): State<AppState>, body: Body) -> Response {
+    let call = read_body(&state, body).await.and_then(|b| parse_body(&b));
     respond(state, call).await
+}
+
+/// The whole body, under the listener's deadline and budget when served by it.
+async fn read_body(state: &AppState, body: Body) -> Result<Bytes, ApiError> {
+    let limit = state.max_body_bytes;
+    if let Some(bodies) = state.bodies.get() {
+        return bodies.collect(body, limit).await.map_err(ApiError::Body);
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::BodyTooLarge { limit }),
+        Err(e) => Err(ApiError::Invalid(format!("could not read the body: {e}"))),
+    }
 }
 
 /// A `GET /predict` query string (what follows `?`, still percent-encoded), decoded as axum's
@@ -50,14 +62,6 @@ fn check_utf8(raw: &str) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-fn body_error(e: &BytesRejection, limit: usize) -> ApiError {
-    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::BodyTooLarge { limit }
-    } else {
-        ApiError::Invalid(format!("could not read the body: {}", e.body_text()))
-    }
 }
 
 /// A `POST /predict` body.
