@@ -127,7 +127,6 @@ async fn a_full_queue_answers_429_with_retry_after_at_once_and_loses_nothing() {
     let a = get(&app, &predict_uri("play music")).await;
     expect_error(&a, 429, "overloaded");
     assert_eq!(a.headers.get("retry-after").unwrap(), "1");
-    // Three queries never fit in two places, even with the queue empty.
     let stats = get(&app, "/v1/stats").await.body;
     assert_eq!(stats["queue"]["in_flight"], 2);
     assert_eq!(stats["rates"]["rejected_total"], 1);
