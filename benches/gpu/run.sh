@@ -11,7 +11,8 @@
 #
 #   APP_DIR    the worker, gateway and loadtest binaries [target/release]
 #              (cargo build --release -p worker -p gateway -p loadtest)
-#   MODEL_DIR  the fp16 model [models/build/snips-minilm-l6-fp16] (models/build.sh makes it)
+#   MODEL_DIR  the fp16 model [models/build/gpu] (scripts/setup-gpu.sh makes it, with ONNX
+#              Runtime's CUDA build)
 #   OUT_DIR    [benches/out/gpu-UTC-DATE]
 #
 # Needs an NVIDIA driver, CUDA 13 and cuDNN 9 libraries on LD_LIBRARY_PATH (or in a Python
@@ -23,7 +24,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-app=${1:-target/release}; model=${2:-models/build/snips-minilm-l6-fp16}
+app=${1:-target/release}; model=${2:-models/build/gpu}
 out=${3:-benches/out/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
 . scripts/lib/start.sh
 pids=()
@@ -31,7 +32,7 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 for b in worker gateway loadtest; do
   [ -x "$app/$b" ] || { echo "$app/$b missing: cargo build --release -p worker -p gateway -p loadtest" >&2; exit 1; }
 done
-[ -f "$model/model.onnx" ] || { echo "$model/model.onnx missing: models/build.sh makes the fp16 model" >&2; exit 1; }
+ls "$model"/*.onnx >/dev/null 2>&1 || { echo "no model in $model: scripts/setup-gpu.sh makes the fp16 model" >&2; exit 1; }
 ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/fetch-ort.sh gpu)}
 export ORT_DYLIB_PATH
 # The CUDA provider loads CUDA 13's cuBLAS/cudart and cuDNN 9 by name: add the folders of any that
