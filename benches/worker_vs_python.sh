@@ -12,7 +12,8 @@
 #                                per server before the sweep)
 #   THREADS [1]                  ONNX Runtime intra-op threads, both servers
 #   SERVER_CPU [1], LOAD_CPU [0] cores for the server under test and for wrk (taskset -c)
-#   MAX_BATCH_ROWS [32], MAX_QUEUE_DELAY_MS [0]   the worker's dynamic batching (0: no waiting while idle)
+#   MAX_BATCH_ROWS [32], MAX_QUEUE_DELAY [0]   the worker's dynamic batching (a duration: 0, 1ms;
+#                                0: no waiting while idle)
 #   PY_HANDLER [sync]            the baseline's FastAPI endpoint style (see server.py)
 #   MODEL_DIR [models/snips-minilm-l6]
 #   WORKER_BIN [unset]           a prebuilt worker binary; unset: `cargo build --release -p worker`
@@ -32,7 +33,7 @@ THREADS=${THREADS:-1}
 SERVER_CPU=${SERVER_CPU:-1}
 LOAD_CPU=${LOAD_CPU:-0}
 MAX_BATCH_ROWS=${MAX_BATCH_ROWS:-32}
-MAX_QUEUE_DELAY_MS=${MAX_QUEUE_DELAY_MS:-0}
+MAX_QUEUE_DELAY=${MAX_QUEUE_DELAY:-0}
 PY_HANDLER=${PY_HANDLER:-sync}
 MODEL_DIR=${MODEL_DIR:-models/snips-minilm-l6}
 
@@ -100,10 +101,10 @@ start() {
 }
 
 # The worker: ONNX Runtime with THREADS intra-op threads. Batching: a batch holds at most
-# MAX_BATCH_ROWS queries; a query waits at most MAX_QUEUE_DELAY_MS for companions when the backend
+# MAX_BATCH_ROWS queries; a query waits at most MAX_QUEUE_DELAY for companions when the backend
 # is idle (while the backend is busy, arrivals queue and leave together as the next batch anyway).
 start worker "$worker_bin" --listen 127.0.0.1:0 --model "$MODEL_DIR" --ort-lib "$ort_lib" \
-  --threads "$THREADS" --max-batch-rows "$MAX_BATCH_ROWS" --max-queue-delay-ms "$MAX_QUEUE_DELAY_MS"
+  --threads "$THREADS" --max-batch-rows "$MAX_BATCH_ROWS" --max-queue-delay "$MAX_QUEUE_DELAY"
 worker_pid=$started_pid worker_url=$started_url
 start python "$py" benches/python_baseline/server.py --model "$MODEL_DIR" --threads "$THREADS" \
   --port 0 --handler "$PY_HANDLER"
@@ -118,7 +119,7 @@ python_pid=$started_pid python_url=$started_url
   echo "python: $("$py" -c 'import sys, onnxruntime, tokenizers, fastapi, uvicorn, numpy; print(f"Python {sys.version.split()[0]}, onnxruntime {onnxruntime.__version__}, tokenizers {tokenizers.__version__}, fastapi {fastapi.__version__}, uvicorn {uvicorn.__version__}, numpy {numpy.__version__}")')"
   echo "load generator: $(wrk --version 2>&1 | head -n1 | cut -d' ' -f1-2), 1 thread, closed loop, ${DURATION} s per run after ${WARMUP} s warm-up"
   echo "pinning: servers on core $SERVER_CPU (taskset -c $SERVER_CPU), wrk and checks on core $LOAD_CPU (taskset -c $LOAD_CPU)"
-  echo "settings: ONNX Runtime intra-op threads $THREADS (both); worker --max-batch-rows $MAX_BATCH_ROWS --max-queue-delay-ms $MAX_QUEUE_DELAY_MS; python handler $PY_HANDLER"
+  echo "settings: ONNX Runtime intra-op threads $THREADS (both); worker --max-batch-rows $MAX_BATCH_ROWS --max-queue-delay $MAX_QUEUE_DELAY; python handler $PY_HANDLER"
   echo "query mix: $(wc -l <"$paths") SNIPS test utterances from $data_dir/validate_*.json, cycled"
 } | tee "$run_dir/env.txt" >&2
 

@@ -42,13 +42,11 @@ start gateway "$bin/gateway" --listen 127.0.0.1:0 --worker "$wa" --worker "$wb" 
 gw=$url
 
 echo
-echo "== classifying through the gateway"
-for q in "play some jazz music" "Music" "add this song to my workout playlist" \
-  "what's the weather like in paris tomorrow" "book a table for two at an italian restaurant tonight" \
-  "rate this book four out of five stars" "find the tv show game of thrones" \
-  "what movies are playing at the cinema near me"; do
-  printf '%-55s -> %s\n' "$q" "$(curl -s -G --data-urlencode "query=$q" "$gw/predict")"
-done
+echo "== classifying through the gateway (the reference queries of models/sanity.json)"
+python3 -c 'import json; [print(q["text"]) for q in json.load(open("models/sanity.json"))["queries"]]' |
+  while IFS= read -r q; do
+    printf '%-55s -> %s\n' "$q" "$(curl -s -G --data-urlencode "query=$q" "$gw/predict")"
+  done
 echo
 echo "== bad input gets a JSON error"
 curl -s -w '   (HTTP %{http_code})\n' -G --data-urlencode "query=   " "$gw/predict"

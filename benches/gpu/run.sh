@@ -1,18 +1,51 @@
 #!/usr/bin/env bash
-# GPU run, on the H100 machine, after the ONNX Runtime GPU parts are unpacked (see
-# benches/gpu/README.md). Starts the worker on cuda:0 with the fp16 model, checks its answers,
-# then drives it with the bundled load generator at several fixed concurrencies while sampling
-# /v1/stats (NVML device utilization, process SM utilization, backend busy fraction, batch rows).
-# Ends with the int8 model on the CPU execution provider of the same machine, for reference.
+# The GPU run: the worker on cuda:0 with the fp16 model, its answers checked, then driven by the
+# bundled load generator at several fixed concurrencies while /v1/stats is sampled (NVML device
+# utilization, process SM utilization, backend busy fraction, batch rows); then the int8 model on
+# the CPU execution provider of the same machine, for reference; then the gateway in front of one
+# GPU worker, loaded while its scaling signal is read. Ends with a Markdown summary
+# (benches/gpu/summarize.py) to commit as benches/gpu/results/DATE-runN.md; raw output stays in
+# OUT_DIR.
 #
-# Then the gateway in front of one GPU worker: load through it while reading its scaling signal.
+#   bash benches/gpu/run.sh [APP_DIR [MODEL_DIR [OUT_DIR]]]      (from the repository root)
 #
-#   bash benches/gpu/run.sh APP_DIR MODEL_DIR OUT_DIR    (from the repository root)
+#   APP_DIR    the worker, gateway and loadtest binaries [target/release]
+#              (cargo build --release -p worker -p gateway -p loadtest)
+#   MODEL_DIR  the fp16 model [models/build/gpu] (scripts/setup-gpu.sh makes it, with ONNX
+#              Runtime's CUDA build)
+#   OUT_DIR    [benches/out/gpu-UTC-DATE]
+#
+# Needs an NVIDIA driver, CUDA 13 and cuDNN 9 libraries on LD_LIBRARY_PATH (or in a Python
+# environment's nvidia-* wheels, which are looked up below), and onnxruntime-gpu's library with its
+# CUDA provider: ORT_DYLIB_PATH, or `scripts/fetch-ort.sh gpu` fetches it into .cache/ort/gpu/.
+# Settings: CONCURRENCY [1,8,32,128,512], DURATION_S [8], GATEWAY_CONCURRENCY [32,512],
+# INT8_MODEL [models/snips-minilm-l6] (the CPU reference; empty: none), ONLY_GATEWAY=1 (the
+# gateway part only).
 set -euo pipefail
-app=${1:?app dir}; model=${2:?model dir}; out=${3:?out dir}
-. "$(dirname "$0")/../../scripts/lib/start.sh"
-. /tmp/gpu/env.sh
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+app=${1:-target/release}; model=${2:-models/build/gpu}
+out=${3:-benches/out/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
+. scripts/lib/start.sh
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+for b in worker gateway loadtest; do
+  [ -x "$app/$b" ] || { echo "$app/$b missing: cargo build --release -p worker -p gateway -p loadtest" >&2; exit 1; }
+done
+ls "$model"/*.onnx >/dev/null 2>&1 || { echo "no model in $model: scripts/setup-gpu.sh makes the fp16 model" >&2; exit 1; }
+ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/fetch-ort.sh gpu)}
+export ORT_DYLIB_PATH
+# The CUDA provider loads CUDA 13's cuBLAS/cudart and cuDNN 9 by name: add the folders of any that
+# the dynamic linker cannot find already (system-wide, or in Python's nvidia-* wheels).
+for name in libcublasLt.so.13 libcudart.so.13 libcudnn.so.9 libcurand.so.10 libcufft.so.12; do
+  ldconfig -p 2>/dev/null | grep -q "$name" && continue
+  found=$(find / -name "$name" -not -path '/proc/*' 2>/dev/null | head -n 1 || true)
+  if [ -n "$found" ]; then LD_LIBRARY_PATH=$(dirname "$found")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  else echo "warning: $name not found; the CUDA execution provider may not load" >&2; fi
+done
+export LD_LIBRARY_PATH=$(dirname "$ORT_DYLIB_PATH")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$out"
+exec > >(tee -a "$out/run.log") 2>&1
 conc=${CONCURRENCY:-1,8,32,128,512}
 dur=${DURATION_S:-8}
 
@@ -56,9 +89,8 @@ bench() { # name, concurrencies, worker args...
   local name=$1 steps=$2; shift 2
   start_worker "$name" "$@"
   echo "== $name: $addr  ($*)"
-  for q in "play some jazz music" "what's the weather like in paris tomorrow" "Music"; do
-    curl -s -G --data-urlencode "query=$q" "$addr/predict"; echo "  <- $q"
-  done
+  python3 -c 'import json; [print(q["text"]) for q in json.load(open("models/sanity.json"))["queries"]]' |
+    while IFS= read -r q; do curl -s -G --data-urlencode "query=$q" "$addr/predict"; echo "  <- $q"; done
   IFS=, read -ra cs <<<"$steps"
   for c in "${cs[@]}"; do
     : >"$out/$name-c$c.stats"
@@ -76,26 +108,41 @@ via_gateway() { # concurrencies
   start_worker gw-worker --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
     --queue-capacity 8192
   local waddr=$addr wp=$wpid
-  start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 --worker "$waddr" --stats-interval 250ms
-  local gaddr=$started_url gp=$started_pid
+  GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 \
+    --worker "$waddr" --stats-interval 250ms
+  local gaddr=$started_url gp=$started_pid admin=""
+  # Operator endpoints (/v1/signal, /v1/pools, /metrics): the admin port once the gateway has one.
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    admin=$(sed -n 's/^admin listening on //p' "$out/gateway.stdout" | head -n 1)
+    [ -n "$admin" ] && break; sleep 0.1
+  done
+  admin=${admin:-$gaddr}
   echo "== gateway $gaddr -> worker $waddr (cuda:0)"
   IFS=, read -ra cs <<<"$1"
   for c in "${cs[@]}"; do
-    (sleep 6; printf '{"concurrency":%s,"signal":%s}\n' "$c" "$(curl -s "$gaddr/v1/signal")" >>"$out/signals.jsonl") &
+    (sleep 6; printf '{"concurrency":%s,"signal":%s}\n' "$c" "$(curl -s "$admin/v1/signal")" >>"$out/signals.jsonl") &
     local sampler=$!
     "$app/loadtest" --url "$gaddr" --concurrency "$c" --duration-s "$dur" --warmup-s 2 --json | tee -a "$out/gateway.jsonl"
     wait $sampler
     tail -n 1 "$out/signals.jsonl"
   done
-  curl -s "$gaddr/v1/pools" >"$out/pools.json"
-  curl -s "$gaddr/metrics" | grep -E '^gateway_(pool_signal|worker_gpu|worker_queue|worker_pressure)' | head -20
+  curl -s "$admin/v1/pools" >"$out/pools.json"
+  curl -s "$admin/metrics" | grep -E '^gateway_(pool_signal|worker_gpu|worker_queue|worker_pressure)' | head -20
   kill -TERM $gp $wp; wait $gp $wp 2>/dev/null || true
 }
 
-if [ "${ONLY_GATEWAY:-0}" = 1 ]; then via_gateway "${GATEWAY_CONCURRENCY:-32,512}"; exit 0; fi
+summary() {
+  python3 benches/gpu/summarize.py "$out" "GPU run, $(date -u '+%Y-%m-%d %H:%M UTC'), at $(git rev-parse --short HEAD)" \
+    >"$out/summary.md"
+  echo "summary: $out/summary.md (commit it as benches/gpu/results/DATE-runN.md, linked from benches/RESULTS.md)"
+}
+
+if [ "${ONLY_GATEWAY:-0}" = 1 ]; then via_gateway "${GATEWAY_CONCURRENCY:-32,512}"; summary; exit 0; fi
 bench gpu-fp16 "$conc" --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
-  --max-queue-delay-ms 1 --queue-capacity 8192
-if [ -f "$model/../int8/model.onnx" ]; then
-  bench cpu-int8 64 --model "$model/../int8" --device cpu --max-batch-rows 32 --max-queue-delay-ms 1
+  --max-queue-delay 1ms --queue-capacity 8192
+int8=${INT8_MODEL-models/snips-minilm-l6}
+if [ -n "$int8" ] && [ -f "$int8/model.onnx" ]; then
+  bench cpu-int8 64 --model "$int8" --device cpu --max-batch-rows 32 --max-queue-delay 1ms
 fi
 via_gateway "${GATEWAY_CONCURRENCY:-32,512}"
+summary

@@ -2,7 +2,7 @@
 
     python check.py UTTERANCES_JSONL NAME=URL [NAME=URL ...]
 
-For each server: `GET /predict?query=play some jazz music` must be 200 with intent PlayMusic, then
+For each server: every reference query of `models/sanity.json` must be 200 with its intent, then
 every test utterance is classified once (sequentially, one keep-alive connection); prints accuracy
 against the SNIPS labels, and how often the servers agree on the intent and by how much their
 scores differ. Exits 1 on a wrong sanity answer, a non-200 answer, or servers disagreeing on more
@@ -13,6 +13,9 @@ import http.client
 import json
 import sys
 import urllib.parse
+from pathlib import Path
+
+SANITY = json.loads((Path(__file__).resolve().parents[2] / "models" / "sanity.json").read_text(encoding="utf-8"))
 
 
 def get(conn: http.client.HTTPConnection, text: str) -> tuple[int, dict]:
@@ -30,10 +33,13 @@ def main() -> None:
     for name, url in servers:
         u = urllib.parse.urlsplit(url)
         conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
-        status, body = get(conn, "play some jazz music")
-        ok = status == 200 and body.get("intent") == "PlayMusic"
-        print(f"  {name}: 'play some jazz music' -> {status} {body} {'OK' if ok else 'WRONG'}")
-        failed |= not ok
+        for q in SANITY["queries"]:
+            status, body = get(conn, q["text"])
+            ok = status == 200 and body.get("intent") == q["intent"]
+            if not ok:
+                print(f"  {name}: {q['text']!r} -> {status} {body}, expected {q['intent']}: WRONG")
+            failed |= not ok
+        print(f"  {name}: {len(SANITY['queries'])} reference queries of models/sanity.json checked")
         got, bad = [], 0
         for _intent, text in rows:
             status, body = get(conn, text)

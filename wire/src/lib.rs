@@ -164,6 +164,26 @@ pub struct QueueStats {
     pub max_batch_tokens: u64,
     /// Longest time a query waits for companions before its batch runs, in milliseconds.
     pub max_queue_delay_ms: f64,
+    /// Tokens of the `queued` queries (a query's cost: batch time grows with tokens). Added
+    /// within schema version 1; 0 from workers that predate it.
+    #[serde(default)]
+    pub queued_tokens: u64,
+    /// Tokens of the `in_flight` queries.
+    #[serde(default)]
+    pub in_flight_tokens: u64,
+    /// Most tokens admitted at once (`queued_tokens + in_flight_tokens`); beyond it 429.
+    #[serde(default)]
+    pub capacity_tokens: u64,
+    /// Queries of heavy requests admitted (queued or in flight), a part of `queued + in_flight`.
+    #[serde(default)]
+    pub heavy_queries: u64,
+    /// Their tokens, a part of `queued_tokens + in_flight_tokens`.
+    #[serde(default)]
+    pub heavy_tokens: u64,
+    /// A request of more tokens than this is heavy: it runs in its own lane and its class may hold
+    /// at most half of each capacity.
+    #[serde(default)]
+    pub heavy_request_tokens: u64,
 }
 
 /// Request rates over a sliding window.
@@ -335,6 +355,14 @@ mod tests {
         assert_eq!(v["status"], "available");
         let back: GpuTelemetry = serde_json::from_value(v).unwrap();
         assert_eq!(back, sample(true, Some(20.0)));
+    }
+
+    #[test]
+    fn queue_stats_without_the_token_fields_still_decode() {
+        let old = r#"{"queued": 3, "in_flight": 2, "capacity": 1024, "max_batch_rows": 32,
+                      "max_batch_tokens": 4096, "max_queue_delay_ms": 0.0}"#;
+        let q: QueueStats = serde_json::from_str(old).unwrap();
+        assert_eq!((q.queued, q.in_flight, q.queued_tokens, q.capacity_tokens), (3, 2, 0, 0));
     }
 
     #[test]

@@ -4,6 +4,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::Parser;
 
+pub use crate::backend::Device;
+
 /// GPU inference worker: serves an ONNX sequence classifier over HTTP with dynamic batching.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "worker", version, about)]
@@ -40,19 +42,30 @@ pub struct Config {
     #[arg(long, env = "WORKER_MAX_BATCH_TOKENS", default_value_t = 4096)]
     pub max_batch_tokens: usize,
 
-    /// Longest a query waits for companions while the backend is idle, in milliseconds. While
-    /// the backend is busy, queries gather anyway and leave together when it is free.
-    #[arg(long, env = "WORKER_MAX_QUEUE_DELAY_MS", default_value_t = 0.0)]
-    pub max_queue_delay_ms: f64,
+    /// Longest a query waits for companions while the backend is idle (`0`, `1ms`, `500us`).
+    /// While the backend is busy, queries gather anyway and leave together when it is free.
+    #[arg(long, env = "WORKER_MAX_QUEUE_DELAY", default_value = "0", value_parser = humantime::parse_duration)]
+    pub max_queue_delay: Duration,
 
     /// Least fraction of a batch's padded cells holding real tokens (0..1). Default 0.75 on the
     /// CPU, where padding costs arithmetic; 0 on a GPU, where it is nearly free.
     #[arg(long, env = "WORKER_MIN_BATCH_FILL")]
     pub min_batch_fill: Option<f64>,
 
-    /// Most queries admitted at once (queued plus running); beyond it requests get 429.
+    /// Most queries admitted at once (queued plus running, tokenizing included); beyond it
+    /// requests get 429.
     #[arg(long, env = "WORKER_QUEUE_CAPACITY", default_value_t = 1024)]
     pub queue_capacity: usize,
+
+    /// Most tokens admitted at once (queued plus running); a request whose tokens do not fit gets
+    /// 429. A query's tokens are its cost: a batch's time grows with them.
+    #[arg(long, env = "WORKER_QUEUE_CAPACITY_TOKENS", default_value_t = 65536)]
+    pub queue_capacity_tokens: u64,
+
+    /// A request of more tokens than this is heavy: it runs in a lane of its own, at a lower CPU
+    /// priority, and heavy requests together may hold at most half of each queue capacity.
+    #[arg(long, env = "WORKER_HEAVY_REQUEST_TOKENS", default_value_t = 256)]
+    pub heavy_request_tokens: u64,
 
     /// Most queries in one `POST /predict` body.
     #[arg(long, env = "WORKER_MAX_QUERIES", default_value_t = 64)]
@@ -66,21 +79,27 @@ pub struct Config {
     #[arg(long, env = "WORKER_MAX_BODY_BYTES", default_value_t = 256 * 1024)]
     pub max_body_bytes: usize,
 
-    /// Longest a request may take end to end before it is answered 504, in seconds.
-    #[arg(long, env = "WORKER_REQUEST_TIMEOUT_S", default_value_t = 30.0)]
-    pub request_timeout_s: f64,
+    /// Longest a request may take end to end before it is answered 504 (at least 1ms).
+    #[arg(long, env = "WORKER_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
 
-    /// After SIGTERM, how long queued and running requests may take before the worker exits.
-    #[arg(long, env = "WORKER_DRAIN_TIMEOUT_S", default_value_t = 30.0)]
-    pub drain_timeout_s: f64,
+    /// After SIGTERM, how long queued and running requests may take before the worker closes its
+    /// port; then as long again at most for answers still being written.
+    #[arg(long, env = "WORKER_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
 
-    /// GPU telemetry sampling period, in milliseconds.
-    #[arg(long, env = "WORKER_GPU_SAMPLE_MS", default_value_t = 250)]
-    pub gpu_sample_ms: u64,
+    /// GPU telemetry sampling period (at least 10ms).
+    #[arg(long, env = "WORKER_GPU_SAMPLE_INTERVAL", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub gpu_sample_interval: Duration,
 
-    /// Window of the rates in `/v1/stats`, in seconds.
-    #[arg(long, env = "WORKER_STATS_WINDOW_S", default_value_t = 10)]
-    pub stats_window_s: u64,
+    /// Window of the rates in `/v1/stats`, in whole seconds (at least 1s).
+    #[arg(long, env = "WORKER_STATS_WINDOW", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub stats_window: Duration,
+
+    /// Connection hygiene of the client port: header, body and idle timeouts, the connection
+    /// cap and the budget of buffered body bytes (the `listener` crate, as on the gateway).
+    #[command(flatten)]
+    pub listener: listener::ListenerArgs<listener::WorkerEnv>,
 
     /// Log as JSON lines instead of text.
     #[arg(long, env = "WORKER_LOG_JSON")]
@@ -88,37 +107,12 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn max_queue_delay(&self) -> Duration {
-        Duration::from_secs_f64(self.max_queue_delay_ms.max(0.0) / 1000.0)
-    }
     pub fn min_batch_fill(&self) -> f64 {
         let default = match self.device {
             Device::Cpu => 0.75,
             Device::Cuda(_) => 0.0,
         };
         self.min_batch_fill.unwrap_or(default).clamp(0.0, 1.0)
-    }
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.request_timeout_s.max(0.001))
-    }
-    pub fn drain_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.drain_timeout_s.max(0.0))
-    }
-}
-
-/// Where inference runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Device {
-    Cpu,
-    Cuda(u32),
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Cpu => f.write_str("cpu"),
-            Self::Cuda(n) => write!(f, "cuda:{n}"),
-        }
     }
 }
 
@@ -148,9 +142,71 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_consistent() {
-        let c = Config::parse_from(["worker"]);
-        assert!(c.max_batch_rows <= c.queue_capacity);
-        assert_eq!(c.device, Device::Cpu);
+    fn durations_are_written_with_their_unit() {
+        let c = Config::parse_from([
+            "worker",
+            "--max-queue-delay",
+            "1ms",
+            "--request-timeout",
+            "2m",
+            "--drain-timeout",
+            "1.5s",
+            "--gpu-sample-interval",
+            "500us",
+            "--stats-window",
+            "30s",
+        ]);
+        assert_eq!(c.max_queue_delay, Duration::from_millis(1));
+        assert_eq!(c.request_timeout, Duration::from_secs(120));
+        assert_eq!(c.drain_timeout, Duration::from_millis(1500));
+        assert_eq!(c.gpu_sample_interval, Duration::from_micros(500));
+        assert_eq!(c.stats_window, Duration::from_secs(30));
+        assert_eq!(Config::parse_from(["worker"]).max_queue_delay, Duration::ZERO);
+        // A bare number is ambiguous: refused, like the old `-ms`/`-s` flags.
+        assert!(Config::try_parse_from(["worker", "--request-timeout", "30"]).is_err());
+        assert!(Config::try_parse_from(["worker", "--max-queue-delay-ms", "1"]).is_err());
+    }
+
+    /// Rows of the flag table in `docs/worker.md`: flag -> (env, default).
+    fn documented_flags() -> std::collections::BTreeMap<String, (String, String)> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/worker.md");
+        let doc = std::fs::read_to_string(&path).expect("docs/worker.md");
+        let cell = |c: &str| c.trim().trim_matches('`').to_owned();
+        doc.lines()
+            .filter(|l| l.starts_with("| `--"))
+            .map(|l| {
+                let cols: Vec<&str> = l.split('|').collect();
+                (cell(cols[1]), (cell(cols[2]), cell(cols[3])))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_flag_is_documented_with_its_env_and_default() {
+        use clap::CommandFactory;
+        let documented = documented_flags();
+        let cmd = Config::command();
+        let mut flags = Vec::new();
+        for arg in cmd.get_arguments().filter(|a| a.get_long().is_some_and(|l| l != "help" && l != "version")) {
+            let flag = format!("--{}", arg.get_long().unwrap());
+            let (env, default) = documented.get(&flag).unwrap_or_else(|| panic!("{flag} is not in docs/worker.md"));
+            let real_env = arg.get_env().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+            assert_eq!(env, &real_env, "{flag}: documented env");
+            let real_default: Vec<String> =
+                arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+            match real_default.as_slice() {
+                [] => {}
+                [d] if d == "false" => assert_eq!(default, "off", "{flag}: documented default"),
+                [d] => assert!(
+                    default == d || default.starts_with(&format!("{d} ")),
+                    "{flag}: documented default {default:?}, real {d:?}"
+                ),
+                more => panic!("{flag}: several defaults {more:?}"),
+            }
+            flags.push(flag);
+        }
+        for flag in documented.keys() {
+            assert!(flags.contains(flag), "docs/worker.md documents {flag}, which the worker does not have");
+        }
     }
 }

@@ -1,22 +1,28 @@
-//! The worker: HTTP layer ([`http`]), batching engine ([`batching`]) and inference backend
-//! ([`backend`]), kept apart as in text-embeddings-inference.
+//! The worker: HTTP layer ([`http`]), core ([`core`]: validation, admission, tokenizing,
+//! post-processing), batching engine ([`batching`]) and inference backend ([`backend`]), kept
+//! apart as in text-embeddings-inference. Each layer imports only the ones below it.
+//!
+//! [`build`] wires a worker around any [`Backend`] (ONNX Runtime, or the fake one in tests);
+//! [`Worker::serve`] serves it on a listener until told to stop, then drains; [`run`] is the
+//! binary's whole life.
 #![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod batching;
 pub mod config;
+pub mod core;
 pub mod http;
-pub mod load;
 pub mod metrics;
 pub mod model;
 pub mod stats;
 pub mod telemetry;
 
+use std::future::Future;
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use axum::Router;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -24,14 +30,17 @@ use tokio::time::Instant;
 
 pub use config::Config;
 
-use crate::backend::{BackendError, OrtBackend, ShapeBuckets};
+use crate::backend::{Backend, BackendError, OrtBackend, ShapeBuckets};
 use crate::batching::Limits;
 use crate::config::Device;
-use crate::http::{AppState, Inner, RequestLimits};
-use crate::load::Load;
+use crate::core::{Capacity, Class, Core, Parts, RequestLimits};
+use crate::http::{AppState, Inner};
 use crate::metrics::{LiveCollector, Metrics};
 use crate::model::{ModelDir, ModelError};
 use crate::stats::Stats;
+
+/// The least time the listener's drain gives answers already computed to be written.
+const MIN_ANSWER_TIME: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -45,113 +54,159 @@ pub enum StartupError {
     Other(String),
 }
 
-/// Loads the model, serves until SIGTERM or SIGINT, drains, and returns.
-pub async fn run(config: Config) -> Result<(), StartupError> {
-    let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
-    tracing::info!(model = %model.model_path.display(), labels = model.labels.len(), device = %config.device, "loading");
-    let env = backend::ort::load_library(config.ort_lib.as_deref())?;
-    let backend = {
-        let (path, device, threads, n) = (model.model_path.clone(), config.device, config.threads, model.labels.len());
-        let buckets = ShapeBuckets { max_rows: config.max_batch_rows.max(1), max_seq: model.max_tokens };
-        let max_tokens = config.max_batch_tokens;
-        tokio::task::spawn_blocking(move || {
-            let backend = OrtBackend::load(&env, &path, device, threads, n)?;
-            match device {
-                Device::Cuda(_) => backend.with_shape_buckets(buckets, max_tokens),
-                Device::Cpu => Ok(backend),
-            }
-        })
-        .await
-        .map_err(|e| StartupError::Other(format!("model loading task: {e}")))??
-    };
+/// A worker built and ready to serve.
+#[derive(Debug)]
+pub struct Worker {
+    state: AppState,
+    drain_timeout: Duration,
+    /// The client listener's limits and its metrics (registered with the worker's).
+    listener: listener::Config,
+    listener_metrics: listener::Metrics,
+}
 
+/// Builds a worker for `model` around the backends that `make_backend` makes: one per lane
+/// ([`Class`]), each called on that lane's own thread; the first error is returned here.
+pub async fn build<B, F>(config: &Config, model: ModelDir, make_backend: F) -> Result<Worker, StartupError>
+where
+    B: Backend,
+    F: Fn(Class) -> Result<B, BackendError> + Send + Sync + 'static,
+{
     let batch_limits = Limits {
         max_rows: config.max_batch_rows.max(1),
         max_tokens: config.max_batch_tokens.max(1),
-        max_delay: config.max_queue_delay(),
+        max_delay: config.max_queue_delay,
         min_fill: config.min_batch_fill(),
     };
-    let load = Arc::new(Load::new(config.queue_capacity.max(1)));
-    let stats = Arc::new(Stats::new(Duration::from_secs(config.stats_window_s)));
-    let gpu = telemetry::spawn_sampler(config.device, Duration::from_millis(config.gpu_sample_ms.max(10)));
+    let stats = Arc::new(Stats::new(config.stats_window));
+    let gpu = telemetry::spawn_sampler(config.device, config.gpu_sample_interval.max(Duration::from_millis(10)));
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
-    registry.register_collector(Box::new(LiveCollector { load: load.clone(), limits: batch_limits, gpu: gpu.clone() }));
+    let listener_metrics = listener::Metrics::register(&mut registry, "worker");
 
-    let (queue_tx, queue_rx) = mpsc::channel(config.queue_capacity.max(1));
-    let (batch_tx, batch_rx) = mpsc::channel(1);
-    let backend_load = Arc::new(batching::BackendLoad::default());
-    tokio::spawn(batching::task::run(
-        batch_limits,
-        queue_rx,
-        batch_tx,
-        backend_load.clone(),
-        metrics.cancelled.clone(),
-    ));
-    let observers = backend::runner::Observers {
-        load: load.clone(),
-        stats: stats.clone(),
-        metrics: metrics.clone(),
-        backend: backend_load,
+    let (loaded_tx, mut loaded_rx) = mpsc::channel(Class::ALL.len());
+    let setup = move |class| {
+        let made = make_backend(class);
+        let (report, backend) = match made {
+            Ok(b) => (Ok(()), Some(b)),
+            Err(e) => (Err(e), None),
+        };
+        let _ = loaded_tx.blocking_send(report);
+        backend
     };
-    backend::spawn(backend, batch_rx, observers).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?;
-
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
-    let state = AppState::new(Inner {
-        worker_id: format!("{host}/{}", std::process::id()),
-        model: wire::ModelInfo {
-            name: model.name.clone(),
-            device: config.device.to_string(),
-            labels: model.labels.clone(),
-        },
-        labels: model.labels.into(),
-        tokenizer: Arc::new(model.tokenizer),
-        queue: queue_tx,
-        batch_limits,
+    let parts = Parts {
+        tokenizer: model.tokenizer,
+        labels: model.labels.clone(),
         limits: RequestLimits {
             max_queries: config.max_queries,
             max_query_bytes: config.max_query_bytes,
-            max_body_bytes: config.max_body_bytes,
-            request_timeout: config.request_timeout(),
+            max_query_tokens: model.max_tokens,
+            request_timeout: config.request_timeout.max(Duration::from_millis(1)),
         },
-        load: load.clone(),
+        batch_limits,
+        capacity: Capacity {
+            queries: config.queue_capacity as u64,
+            tokens: config.queue_capacity_tokens,
+            heavy_request_tokens: config.heavy_request_tokens,
+        },
+        stats: stats.clone(),
+        metrics: metrics.clone(),
+    };
+    let core = Arc::new(Core::start(parts, setup).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?);
+    for _ in Class::ALL {
+        let loaded = loaded_rx.recv().await;
+        loaded.ok_or_else(|| StartupError::Other("a backend thread ended while loading".into()))??;
+    }
+
+    let queue_of = core.clone();
+    registry.register_collector(Box::new(LiveCollector {
+        queue: Box::new(move || queue_of.queue_stats()),
+        gpu: gpu.clone(),
+    }));
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+    let state = AppState::new(Inner {
+        core,
+        worker_id: format!("{host}/{}", std::process::id()),
+        model: wire::ModelInfo { name: model.name, device: config.device.to_string(), labels: model.labels },
+        max_body_bytes: config.max_body_bytes,
+        bodies: std::sync::OnceLock::new(),
         stats,
         metrics,
         registry: Arc::new(registry),
         gpu,
-        draining: AtomicBool::new(false),
     });
+    let mut listener = config.listener.config();
+    listener.drain_timeout = config.drain_timeout.max(MIN_ANSWER_TIME);
+    listener.retry_after_s = http::RETRY_AFTER_S;
+    Ok(Worker { state, drain_timeout: config.drain_timeout, listener, listener_metrics })
+}
+
+impl Worker {
+    pub fn state(&self) -> AppState {
+        self.state.clone()
+    }
+
+    /// The routes, for `oneshot` in tests or a server of one's own.
+    pub fn app(&self) -> Router {
+        http::app(self.state.clone())
+    }
+
+    /// Serves on `tcp` through the client listener (`listener` crate: timeouts, connection cap,
+    /// body budget) until `shutdown` resolves, then drains in two steps. First `/readyz` turns
+    /// 503 and new `/predict` calls get 503 (retryable elsewhere) while accepted work is
+    /// answered, at most the drain timeout. Then the listener stops accepting and answers every
+    /// request it has received, on keep-alive connections too (`Connection: close`), at most the
+    /// drain timeout again, and returns.
+    pub async fn serve(self, tcp: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), StartupError> {
+        let core = self.state.core.clone();
+        let server = listener::Server::new(tcp, self.listener.clone(), self.listener_metrics.clone());
+        let _ = self.state.bodies.set(server.bodies());
+        let service = hyper_util::service::TowerToHyperService::new(http::app(self.state.clone()));
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let serving = tokio::spawn(server.serve(service, async {
+            let _ = stop_rx.await;
+        }));
+        shutdown.await;
+        core.start_draining();
+        let deadline = Instant::now() + self.drain_timeout;
+        tracing::info!(outstanding = core.outstanding(), "draining");
+        while core.outstanding() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if core.outstanding() > 0 {
+            tracing::warn!(outstanding = core.outstanding(), "drain timeout reached with work outstanding");
+        }
+        let _ = stop_tx.send(());
+        // The listener bounds its own drain by the drain timeout; this only guards against a bug.
+        if tokio::time::timeout(self.listener.drain_timeout + MIN_ANSWER_TIME, serving).await.is_err() {
+            tracing::warn!("connections still open after the drain; exiting anyway");
+        }
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Loads the model and ONNX Runtime, serves until SIGTERM or SIGINT, drains, and returns.
+pub async fn run(config: Config) -> Result<(), StartupError> {
+    let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
+    tracing::info!(model = %model.model_path.display(), labels = model.labels.len(), device = %config.device, "loading");
+    let env = backend::ort::load_library(config.ort_lib.as_deref())?;
+    let (path, device, threads, n) = (model.model_path.clone(), config.device, config.threads, model.labels.len());
+    let buckets = ShapeBuckets { max_rows: config.max_batch_rows.max(1), max_seq: model.max_tokens };
+    let max_tokens = config.max_batch_tokens;
+    let worker = build(&config, model, move |_lane| {
+        let backend = OrtBackend::load(&env, &path, device, threads, n)?;
+        match device {
+            Device::Cuda(_) => backend.with_shape_buckets(buckets, max_tokens),
+            Device::Cpu => Ok(backend),
+        }
+    })
+    .await?;
 
     let listener = TcpListener::bind(config.listen).await.map_err(|e| StartupError::Listen(config.listen, e))?;
     let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;
     announce(addr);
     tracing::info!(%addr, "ready");
-
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        axum::serve(listener, http::app(state.clone()))
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .into_future(),
-    );
-    shutdown_signal().await;
-    state.start_draining();
-    let deadline = Instant::now() + config.drain_timeout();
-    tracing::info!(outstanding = load.outstanding(), "draining");
-    while load.outstanding() > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    if load.outstanding() > 0 {
-        tracing::warn!(outstanding = load.outstanding(), "drain timeout reached with work outstanding");
-    }
-    let _ = stop_tx.send(());
-    // Responses already computed are being written; idle keep-alive connections close at once.
-    if tokio::time::timeout(Duration::from_secs(5), server).await.is_err() {
-        tracing::warn!("connections still open after drain; exiting anyway");
-    }
-    tracing::info!("stopped");
-    Ok(())
+    worker.serve(listener, shutdown_signal()).await
 }
 
 /// Tells whoever started us (tests, scripts) where we listen, once bound.

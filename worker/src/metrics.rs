@@ -1,7 +1,5 @@
 //! Prometheus metrics. Every name and label is listed in `docs/worker.md`.
 
-use std::sync::Arc;
-
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -10,15 +8,18 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
-use wire::GpuTelemetry;
-
-use crate::batching::Limits;
-use crate::load::Load;
+use wire::{GpuTelemetry, QueueStats};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// `ok`, or the response's `error_type`.
     pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabels {
+    /// `light` or `heavy` (see `core::admission`).
+    pub class: &'static str,
 }
 
 #[derive(Debug)]
@@ -31,6 +32,8 @@ pub struct Metrics {
     pub queue_wait: Histogram,
     pub inference: Histogram,
     pub cancelled: Counter,
+    pub admitted_requests: Family<ClassLabels, Counter>,
+    pub admitted_tokens: Family<ClassLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -49,6 +52,8 @@ impl Metrics {
             queue_wait: latency_histogram(),
             inference: latency_histogram(),
             cancelled: Counter::default(),
+            admitted_requests: Family::default(),
+            admitted_tokens: Family::default(),
         };
         registry.register("worker_requests", "HTTP /predict requests by outcome", m.requests.clone());
         registry.register(
@@ -74,7 +79,23 @@ impl Metrics {
             "Queries dropped before inference because their client had gone",
             m.cancelled.clone(),
         );
+        registry.register(
+            "worker_admitted_requests",
+            "Requests admitted (queries and tokens), by class: light, or heavy (over --heavy-request-tokens)",
+            m.admitted_requests.clone(),
+        );
+        registry.register(
+            "worker_admitted_tokens",
+            "Tokens of the requests admitted, by class",
+            m.admitted_tokens.clone(),
+        );
         m
+    }
+
+    pub fn admitted(&self, class: &'static str, tokens: u64) {
+        let labels = ClassLabels { class };
+        self.admitted_requests.get_or_create(&labels).inc();
+        self.admitted_tokens.get_or_create(&labels).inc_by(tokens);
     }
 
     pub fn observe_request(&self, outcome: &'static str, queries: u64, seconds: f64) {
@@ -87,11 +108,16 @@ impl Metrics {
 
 /// Gauges read at scrape time: queue depth and the latest GPU sample. GPU gauges are only
 /// written while telemetry is available: an absent series, not a zero, means "no reading".
-#[derive(Debug)]
 pub struct LiveCollector {
-    pub load: Arc<Load>,
-    pub limits: Limits,
+    /// The queue as of now.
+    pub queue: Box<dyn Fn() -> QueueStats + Send + Sync>,
     pub gpu: watch::Receiver<GpuTelemetry>,
+}
+
+impl std::fmt::Debug for LiveCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveCollector").finish_non_exhaustive()
+    }
 }
 
 fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
@@ -106,11 +132,30 @@ fn gauge<N: prometheus_client::encoding::EncodeGaugeValue + std::fmt::Debug>(
 
 impl Collector for LiveCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let q = self.load.stats(self.limits);
+        let q = (self.queue)();
         let e = &mut encoder;
         gauge(e, "worker_queue_depth", "Admitted queries waiting for a batch", q.queued as i64)?;
         gauge(e, "worker_in_flight", "Queries in the batch being run", q.in_flight as i64)?;
         gauge(e, "worker_queue_capacity", "Most queries admitted at once", q.capacity as i64)?;
+        gauge(
+            e,
+            "worker_queue_depth_tokens",
+            "Tokens of the admitted queries waiting for a batch",
+            q.queued_tokens as i64,
+        )?;
+        gauge(
+            e,
+            "worker_in_flight_tokens",
+            "Tokens of the queries in the batches being run",
+            q.in_flight_tokens as i64,
+        )?;
+        gauge(e, "worker_queue_capacity_tokens", "Most tokens admitted at once", q.capacity_tokens as i64)?;
+        gauge(
+            e,
+            "worker_heavy_queries",
+            "Queries of heavy requests admitted (queued or running)",
+            q.heavy_queries as i64,
+        )?;
         let gpu = self.gpu.borrow().clone();
         match gpu {
             GpuTelemetry::Unavailable { .. } => {

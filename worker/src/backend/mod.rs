@@ -1,10 +1,28 @@
-//! The inference backend: a small synchronous trait, run on its own OS thread.
+//! The inference backend: a small synchronous trait and its implementations. A leaf: nothing
+//! here knows about queues, batching or HTTP (the thread that drives a backend is
+//! `batching::runner`).
 
+pub mod fake;
 pub mod ort;
-pub mod runner;
 
+pub use self::fake::FakeBackend;
 pub use self::ort::OrtBackend;
-pub use runner::spawn;
+
+/// Where inference runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(u32),
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cpu => f.write_str("cpu"),
+            Self::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
 
 /// A padded batch of token ids, row-major, every row `seq_len` long.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,14 +137,6 @@ pub trait Backend: Send + 'static {
     }
 }
 
-/// Turns logits into probabilities.
-pub fn softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exp: Vec<f32> = logits.iter().map(|x| (x - max).exp()).collect();
-    let sum: f32 = exp.iter().sum();
-    exp.into_iter().map(|e| e / sum).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,14 +181,5 @@ mod tests {
             }
         }
         assert_eq!(all.len(), 9 * 8);
-    }
-
-    #[test]
-    fn softmax_sums_to_one_and_keeps_order() {
-        let p = softmax(&[1.0, 3.0, 2.0]);
-        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert!(p[1] > p[2] && p[2] > p[0]);
-        let big = softmax(&[1000.0, 0.0]);
-        assert!(big[0].is_finite() && big[0] > 0.99);
     }
 }

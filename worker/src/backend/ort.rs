@@ -7,8 +7,7 @@ use ort::ep;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{Tensor, TensorElementType, ValueType};
 
-use super::{Backend, BackendError, InputBatch, ShapeBuckets};
-use crate::config::Device;
+use super::{Backend, BackendError, Device, InputBatch, ShapeBuckets};
 
 /// The graph's input names, discovered from the model.
 #[derive(Debug, Clone)]

@@ -1,5 +1,7 @@
-//! Dynamic batching: the queue's policy ([`state`]) and the task that runs it ([`task`]).
+//! Dynamic batching: the queue's policy ([`state`]), the task that runs it ([`task`]) and the
+//! thread that drives the backend with the batches it cuts ([`runner`]).
 
+pub mod runner;
 pub mod state;
 pub mod task;
 
@@ -12,7 +14,7 @@ pub use state::{Batch, Limits, Pending, Queued, State};
 
 use crate::backend::BackendError;
 
-/// The answer for one query: its class probabilities.
+/// The answer for one query: its class scores (logits), or why inference failed.
 pub type Answer = Result<Vec<f32>, BackendError>;
 
 /// One tokenized query waiting for a batch.

@@ -8,25 +8,28 @@
 
 use std::sync::Arc;
 
-use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
 use super::{BackendLoad, Batch, Limits, Pending, State};
 
 /// Runs until the sender side of `rx` is dropped and the queue is flushed, or the backend is gone.
+/// `cancelled(n)` is told of queries dropped because their client had gone.
 pub async fn run<T: Pending + Send>(
     limits: Limits,
     mut rx: mpsc::Receiver<T>,
     tx: mpsc::Sender<Batch<T>>,
     backend: Arc<BackendLoad>,
-    cancelled: Counter,
+    cancelled: impl Fn(u64) + Send,
 ) {
     let mut state = State::new(limits);
     // Queries dropped in the queue because their client had gone, reported as they are met.
     let mut reported = 0;
     let mut report = |state: &State<T>| {
-        cancelled.inc_by(state.cancelled_total() - reported);
+        let new = state.cancelled_total() - reported;
+        if new > 0 {
+            cancelled(new);
+        }
         reported = state.cancelled_total();
     };
     'outer: loop {
@@ -80,9 +83,12 @@ pub async fn run<T: Pending + Send>(
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
 
     use super::*;
+
+    fn ignore(_: u64) {}
 
     #[derive(Debug)]
     struct Q(usize);
@@ -107,7 +113,7 @@ mod tests {
     async fn a_lone_query_runs_after_the_queue_delay() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        tokio::spawn(run(limits(8, 10), in_rx, out_tx, idle(), Counter::default()));
+        tokio::spawn(run(limits(8, 10), in_rx, out_tx, idle(), ignore));
         let t0 = Instant::now();
         in_tx.send(Q(3)).await.unwrap();
         let batch = out_rx.recv().await.unwrap();
@@ -119,7 +125,7 @@ mod tests {
     async fn a_full_batch_does_not_wait() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        tokio::spawn(run(limits(4, 1000), in_rx, out_tx, idle(), Counter::default()));
+        tokio::spawn(run(limits(4, 1000), in_rx, out_tx, idle(), ignore));
         let t0 = Instant::now();
         for _ in 0..4 {
             in_tx.send(Q(3)).await.unwrap();
@@ -134,7 +140,7 @@ mod tests {
         let (in_tx, in_rx) = mpsc::channel(64);
         let (out_tx, mut out_rx) = mpsc::channel(1);
         let backend = idle();
-        tokio::spawn(run(limits(32, 1), in_rx, out_tx, backend.clone(), Counter::default()));
+        tokio::spawn(run(limits(32, 1), in_rx, out_tx, backend.clone(), ignore));
         in_tx.send(Q(3)).await.unwrap();
         // The backend takes the first batch and works on it for 50 ms.
         assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
@@ -155,7 +161,7 @@ mod tests {
     async fn a_full_batch_is_prefetched_while_the_backend_is_busy() {
         let (in_tx, in_rx) = mpsc::channel(64);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        tokio::spawn(run(limits(4, 1), in_rx, out_tx, idle(), Counter::default()));
+        tokio::spawn(run(limits(4, 1), in_rx, out_tx, idle(), ignore));
         in_tx.send(Q(3)).await.unwrap();
         assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
         for _ in 0..4 {
@@ -180,8 +186,11 @@ mod tests {
     async fn queries_whose_client_has_gone_are_counted_not_sent() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        let cancelled = Counter::default();
-        tokio::spawn(run(limits(8, 10), in_rx, out_tx, idle(), cancelled.clone()));
+        let cancelled = Arc::new(AtomicU64::new(0));
+        let counted = cancelled.clone();
+        tokio::spawn(run(limits(8, 10), in_rx, out_tx, idle(), move |n| {
+            counted.fetch_add(n, Ordering::SeqCst);
+        }));
         let (gone, client) = tokio::sync::oneshot::channel();
         drop(client);
         let (kept, _client) = tokio::sync::oneshot::channel();
@@ -189,14 +198,14 @@ mod tests {
         in_tx.send(Gone(kept)).await.unwrap();
         let batch = out_rx.recv().await.unwrap();
         assert_eq!(batch.entries.len(), 1);
-        assert_eq!(cancelled.get(), 1);
+        assert_eq!(cancelled.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn closing_the_input_flushes_the_queue_at_once() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
-        let task = tokio::spawn(run(limits(8, 60_000), in_rx, out_tx, idle(), Counter::default()));
+        let task = tokio::spawn(run(limits(8, 60_000), in_rx, out_tx, idle(), ignore));
         in_tx.send(Q(3)).await.unwrap();
         in_tx.send(Q(4)).await.unwrap();
         drop(in_tx);

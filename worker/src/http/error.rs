@@ -5,23 +5,25 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use wire::{ErrorBody, ErrorType};
 
+use crate::core::CoreError;
+
 /// Seconds a client is told to wait before retrying an overloaded or draining worker.
-const RETRY_AFTER_S: &str = "1";
+pub const RETRY_AFTER_S: u64 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// Refused or failed by the core.
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// The request could not be parsed (bad JSON or query string).
     #[error("{0}")]
     Invalid(String),
-    #[error("query {index} is {len} bytes; the limit is {limit}")]
-    QueryTooLong { index: usize, len: usize, limit: usize },
+    /// The body could not be read: too large (413), too slow (408), broken framing (400), or
+    /// the listener's body budget is spent (503); answered as the listener answers it.
+    #[error("{}", .0.public_message())]
+    Body(listener::Error),
     #[error("request body over the {limit}-byte limit")]
     BodyTooLarge { limit: usize },
-    #[error("the worker is at capacity; retry later")]
-    Overloaded,
-    #[error("the worker is shutting down; retry on another worker")]
-    Draining,
-    #[error("no answer within {0:.1} s")]
-    Timeout(f64),
     #[error("no route for {0}")]
     NotFound(String),
     #[error("method not allowed")]
@@ -34,11 +36,10 @@ pub enum ApiError {
 impl ApiError {
     pub fn error_type(&self) -> ErrorType {
         match self {
+            Self::Core(e) => e.error_type(),
             Self::Invalid(_) => ErrorType::InvalidRequest,
-            Self::QueryTooLong { .. } | Self::BodyTooLarge { .. } => ErrorType::TooLarge,
-            Self::Overloaded => ErrorType::Overloaded,
-            Self::Draining => ErrorType::Unavailable,
-            Self::Timeout(_) => ErrorType::Timeout,
+            Self::Body(e) => e.error_type(),
+            Self::BodyTooLarge { .. } => ErrorType::TooLarge,
             Self::NotFound(_) => ErrorType::NotFound,
             Self::MethodNotAllowed => ErrorType::MethodNotAllowed,
             Self::Internal(_) => ErrorType::Internal,
@@ -47,27 +48,47 @@ impl ApiError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Invalid(_) | Self::QueryTooLong { .. } => StatusCode::BAD_REQUEST,
+            Self::Core(e) => match e {
+                CoreError::Invalid(_) | CoreError::QueryTooLong { .. } => StatusCode::BAD_REQUEST,
+                CoreError::Overloaded => StatusCode::TOO_MANY_REQUESTS,
+                CoreError::Draining => StatusCode::SERVICE_UNAVAILABLE,
+                CoreError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+                CoreError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            Self::Invalid(_) => StatusCode::BAD_REQUEST,
+            Self::Body(e) => e.status(),
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Overloaded => StatusCode::TOO_MANY_REQUESTS,
-            Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn retry_after(&self) -> bool {
+        matches!(self, Self::Core(CoreError::Overloaded | CoreError::Draining))
+    }
+
+    fn detail(&self) -> Option<&str> {
+        match self {
+            Self::Internal(d) | Self::Core(CoreError::Internal(d)) => Some(d),
+            _ => None,
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let Self::Internal(detail) = &self {
+        if let Self::Body(e) = &self {
+            tracing::debug!(error = %e, "request body refused");
+            return e.response(RETRY_AFTER_S);
+        }
+        if let Some(detail) = self.detail() {
             tracing::error!(%detail, "internal error");
         }
         let body = ErrorBody { error: self.to_string(), error_type: self.error_type() };
         let mut response = (self.status(), Json(body)).into_response();
-        if matches!(self, Self::Overloaded | Self::Draining) {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
+        if self.retry_after() {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
         }
         response
     }

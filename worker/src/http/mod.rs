@@ -1,37 +1,25 @@
-//! The HTTP layer: routes, shared state, error mapping.
+//! The HTTP layer: routes, shared state, parsing and error mapping. The work is the core's.
 
+mod context;
 mod error;
 mod ops;
 mod predict;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
-use tokenizers::Tokenizer;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 use wire::{GpuTelemetry, ModelInfo};
 
-pub use error::ApiError;
+pub use context::X_REQUEST_ID;
+pub use error::{ApiError, RETRY_AFTER_S};
 
-use crate::batching::{Entry, Limits};
-use crate::load::Load;
+use crate::core::Core;
 use crate::metrics::Metrics;
 use crate::stats::Stats;
-
-/// Per-request bounds.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestLimits {
-    pub max_queries: usize,
-    pub max_query_bytes: usize,
-    pub max_body_bytes: usize,
-    pub request_timeout: Duration,
-}
 
 /// Everything the handlers share. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -39,19 +27,19 @@ pub struct AppState(Arc<Inner>);
 
 #[derive(Debug)]
 pub struct Inner {
+    pub core: Arc<Core>,
     pub worker_id: String,
     pub model: ModelInfo,
-    pub labels: Arc<[String]>,
-    pub tokenizer: Arc<Tokenizer>,
-    pub queue: mpsc::Sender<Entry>,
-    pub batch_limits: Limits,
-    pub limits: RequestLimits,
-    pub load: Arc<Load>,
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// The listener's body reader (its deadline and byte budget), once served by
+    /// `Worker::serve`; without one (the routes alone, in tests) bodies are read under
+    /// `max_body_bytes` only.
+    pub bodies: OnceLock<listener::BodyReader>,
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
     pub registry: Arc<Registry>,
     pub gpu: watch::Receiver<GpuTelemetry>,
-    pub draining: AtomicBool,
 }
 
 impl std::ops::Deref for AppState {
@@ -65,19 +53,9 @@ impl AppState {
     pub fn new(inner: Inner) -> Self {
         Self(Arc::new(inner))
     }
-
-    /// Readiness turns false and new work is refused; accepted work goes on.
-    pub fn start_draining(&self) {
-        self.draining.store(true, Ordering::SeqCst);
-    }
-
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
-    }
 }
 
 pub fn app(state: AppState) -> Router {
-    let body_limit = state.limits.max_body_bytes;
     Router::new()
         .route("/predict", get(predict::get).post(predict::post))
         .route("/healthz", get(ops::healthz))
@@ -86,7 +64,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/stats", get(ops::stats))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit))
         .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), context::request_context))
         .with_state(state)
 }

@@ -10,6 +10,7 @@ use wire::{STATS_SCHEMA_VERSION, WorkerStats};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::core::CoreError;
 use crate::telemetry::with_age;
 
 pub async fn healthz() -> Json<serde_json::Value> {
@@ -17,8 +18,8 @@ pub async fn healthz() -> Json<serde_json::Value> {
 }
 
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    if state.is_draining() {
-        ApiError::Draining.into_response()
+    if state.core.is_draining() {
+        ApiError::from(CoreError::Draining).into_response()
     } else {
         Json(json!({"status": "ready", "model": state.model.name})).into_response()
     }
@@ -36,7 +37,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 pub async fn stats(State(state): State<AppState>) -> Json<WorkerStats> {
     let now = Instant::now();
     let (rates, batches) = state.stats.snapshot(now);
-    let draining = state.is_draining();
+    let draining = state.core.is_draining();
     Json(WorkerStats {
         schema_version: STATS_SCHEMA_VERSION,
         worker_id: state.worker_id.clone(),
@@ -47,7 +48,7 @@ pub async fn stats(State(state): State<AppState>) -> Json<WorkerStats> {
         ready: !draining,
         draining,
         model: state.model.clone(),
-        queue: state.load.stats(state.batch_limits),
+        queue: state.core.queue_stats(),
         rates,
         batches,
         gpu: with_age(state.gpu.borrow().clone()),

@@ -1,52 +1,57 @@
-//! `/predict`: validate, admit, tokenize, queue, await the batch, answer.
+//! `/predict`: parse the query string or the body, hand the queries to the core, answer.
 
-use std::collections::BTreeMap;
 use std::time::Instant as StdInstant;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Query, RawQuery, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
-use futures::future::try_join_all;
-use tokio::sync::oneshot;
-use tokio::time::Instant;
-use wire::{PredictBatchResponse, PredictParams, PredictRequest, Prediction};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use wire::{PredictBatchResponse, PredictParams, PredictRequest};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::batching::Entry;
-
-/// Requests with at most this many bytes of queries are tokenized on the runtime thread.
-const INLINE_TOKENIZE_BYTES: usize = 512;
 
 /// A parsed `/predict` call.
-#[derive(Debug)]
-struct Call {
-    queries: Vec<String>,
+#[derive(Debug, PartialEq)]
+pub struct Call {
+    pub queries: Vec<String>,
     /// `{"queries": [...]}`: answer with a list even for one query.
-    batch: bool,
-    all_scores: bool,
+    pub batch: bool,
+    pub all_scores: bool,
 }
 
-pub async fn get(
-    State(state): State<AppState>,
-    RawQuery(raw): RawQuery,
-    params: Result<Query<PredictParams>, QueryRejection>,
-) -> Response {
-    let call = check_utf8(raw.as_deref().unwrap_or_default())
-        .and(params.map_err(|e| ApiError::Invalid(format!("bad query string: {}", e.body_text()))))
-        .and_then(|Query(p)| {
-            let query = p.query.ok_or_else(|| ApiError::Invalid("missing `query` parameter".into()))?;
-            Ok(Call { queries: vec![query], batch: false, all_scores: p.all_scores })
-        });
+pub async fn get(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
+    let call = parse_query(raw.as_deref().unwrap_or_default());
     respond(state, call).await
 }
 
-pub async fn post(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    let limit = state.limits.max_body_bytes;
-    let call = body.map_err(|e| body_error(&e, limit)).and_then(|b| parse_body(&b));
+pub async fn post(State(state): State<AppState>, body: Body) -> Response {
+    let call = read_body(&state, body).await.and_then(|b| parse_body(&b));
     respond(state, call).await
+}
+
+/// The whole body, under the listener's deadline and budget when served by it.
+async fn read_body(state: &AppState, body: Body) -> Result<Bytes, ApiError> {
+    let limit = state.max_body_bytes;
+    if let Some(bodies) = state.bodies.get() {
+        return bodies.collect(body, limit).await.map_err(ApiError::Body);
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::BodyTooLarge { limit }),
+        Err(e) => Err(ApiError::Invalid(format!("could not read the body: {e}"))),
+    }
+}
+
+/// A `GET /predict` query string (what follows `?`, still percent-encoded), decoded as axum's
+/// `Query` decodes it, but refusing invalid UTF-8 instead of replacing it.
+pub fn parse_query(raw: &str) -> Result<Call, ApiError> {
+    check_utf8(raw)?;
+    let p: PredictParams =
+        serde_urlencoded::from_str(raw).map_err(|e| ApiError::Invalid(format!("bad query string: {e}")))?;
+    let query = p.query.ok_or_else(|| ApiError::Invalid("missing `query` parameter".into()))?;
+    Ok(Call { queries: vec![query], batch: false, all_scores: p.all_scores })
 }
 
 /// The form decoder replaces invalid UTF-8 silently; a query must not change meaning that way.
@@ -59,15 +64,8 @@ fn check_utf8(raw: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn body_error(e: &BytesRejection, limit: usize) -> ApiError {
-    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::BodyTooLarge { limit }
-    } else {
-        ApiError::Invalid(format!("could not read the body: {}", e.body_text()))
-    }
-}
-
-fn parse_body(body: &[u8]) -> Result<Call, ApiError> {
+/// A `POST /predict` body.
+pub fn parse_body(body: &[u8]) -> Result<Call, ApiError> {
     let req: PredictRequest =
         serde_json::from_slice(body).map_err(|e| ApiError::Invalid(format!("body is not a valid request: {e}")))?;
     match (req.query, req.queries) {
@@ -90,100 +88,136 @@ async fn respond(state: AppState, call: Result<Call, ApiError>) -> Response {
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-fn validate(state: &AppState, call: &Call) -> Result<(), ApiError> {
-    let limits = &state.limits;
-    if call.queries.is_empty() {
-        return Err(ApiError::Invalid("`queries` is empty".into()));
-    }
-    if call.queries.len() > limits.max_queries {
-        return Err(ApiError::Invalid(format!(
-            "{} queries in one request; the limit is {}",
-            call.queries.len(),
-            limits.max_queries
-        )));
-    }
-    for (index, q) in call.queries.iter().enumerate() {
-        if q.trim().is_empty() {
-            return Err(ApiError::Invalid(format!("query {index} is empty")));
-        }
-        if q.len() > limits.max_query_bytes {
-            return Err(ApiError::QueryTooLong { index, len: q.len(), limit: limits.max_query_bytes });
-        }
-    }
-    Ok(())
-}
-
 async fn predict(state: &AppState, call: Call) -> Result<Response, ApiError> {
-    if state.is_draining() {
-        return Err(ApiError::Draining);
+    let predictions = state.core.predict(call.queries, call.all_scores).await?;
+    if call.batch {
+        return Ok(Json(PredictBatchResponse { predictions }).into_response());
     }
-    validate(state, &call)?;
-    let n = call.queries.len();
-    let Some(_permit) = state.load.try_admit(n) else {
-        state.stats.rejected(Instant::now(), n as u64);
-        return Err(ApiError::Overloaded);
-    };
-    let admitted_at = Instant::now();
-    state.stats.admitted(admitted_at, n as u64);
-    let timeout = state.limits.request_timeout;
-    let answers = tokio::time::timeout(timeout, run(state, &call.queries, admitted_at))
-        .await
-        .map_err(|_| ApiError::Timeout(timeout.as_secs_f64()))??;
-    state.stats.completed(Instant::now(), n as u64);
-
-    let predictions: Vec<Prediction> =
-        answers.into_iter().map(|probs| state.prediction(&probs, call.all_scores)).collect();
-    Ok(if call.batch {
-        Json(PredictBatchResponse { predictions }).into_response()
-    } else {
-        Json(predictions.into_iter().next().expect("one query")).into_response()
-    })
+    let one = predictions.into_iter().next().ok_or_else(|| ApiError::Internal("no prediction for the query".into()))?;
+    Ok(Json(one).into_response())
 }
 
-/// Tokenizes (inline when short, on the blocking pool otherwise), queues every query, and waits
-/// for all answers.
-async fn run(state: &AppState, queries: &[String], admitted_at: Instant) -> Result<Vec<Vec<f32>>, ApiError> {
-    let encode = |tokenizer: &tokenizers::Tokenizer, qs: &[String]| {
-        qs.iter().map(|q| tokenizer.encode(q.as_str(), true)).collect::<Result<Vec<_>, _>>()
-    };
-    // A short request tokenizes in tens of microseconds: inline is cheaper than a thread hand-off.
-    // Longer ones go to the blocking pool so they never stall the runtime.
-    let encodings = if queries.iter().map(String::len).sum::<usize>() <= INLINE_TOKENIZE_BYTES {
-        encode(&state.tokenizer, queries)
-    } else {
-        let tokenizer = state.tokenizer.clone();
-        let owned = queries.to_vec();
-        tokio::task::spawn_blocking(move || encode(&tokenizer, &owned))
-            .await
-            .map_err(|e| ApiError::Internal(format!("tokenizer task: {e}")))?
-    }
-    .map_err(|e| ApiError::Invalid(format!("could not tokenize: {e}")))?;
+#[cfg(test)]
+mod tests {
+    //! Property tests of the parsers: any query string and any body is parsed or refused as
+    //! `invalid_request`, never a panic. `PROPTEST_CASES` sets the number of cases (2,000 by
+    //! default; `PROPTEST_CASES=10000000` for the long run in `benches/RESULTS.md`).
+    use proptest::prelude::*;
+    use wire::ErrorType;
 
-    let span = tracing::Span::current();
-    let mut receivers = Vec::with_capacity(encodings.len());
-    for enc in encodings {
-        let (respond, rx) = oneshot::channel();
-        let entry = Entry {
-            input_ids: enc.get_ids().iter().map(|&i| i64::from(i)).collect(),
-            type_ids: enc.get_type_ids().iter().map(|&i| i64::from(i)).collect(),
-            admitted_at,
-            respond,
-            span: span.clone(),
-        };
-        // The queue holds as many entries as there are admission permits, so this never waits.
-        state.queue.try_send(entry).map_err(|e| ApiError::Internal(format!("queue: {e}")))?;
-        receivers.push(rx);
-    }
-    let answers =
-        try_join_all(receivers).await.map_err(|_| ApiError::Internal("the backend dropped a query".into()))?;
-    answers.into_iter().map(|a| a.map_err(|e| ApiError::Internal(e.to_string()))).collect()
-}
+    use super::*;
 
-impl AppState {
-    fn prediction(&self, probs: &[f32], all_scores: bool) -> Prediction {
-        let (best, score) = probs.iter().copied().enumerate().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((0, 0.0));
-        let scores =
-            all_scores.then(|| self.labels.iter().cloned().zip(probs.iter().copied()).collect::<BTreeMap<_, _>>());
-        Prediction { intent: self.labels[best].clone(), score, scores }
+    fn config() -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(2000);
+        ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
+    }
+
+    /// Percent-encodes every byte, valid UTF-8 or not.
+    fn encode(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("%{b:02X}")).collect()
+    }
+
+    pub(crate) fn query_string() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just("query".to_owned()),
+            Just("all_scores".to_owned()),
+            Just("queries".to_owned()),
+            Just(String::new()),
+            "[a-z_]{1,8}",
+        ];
+        let value = prop_oneof![
+            any::<String>().prop_map(|s| encode(s.as_bytes())),
+            prop::collection::vec(any::<u8>(), 0..40).prop_map(|b| encode(&b)),
+            "[a-zA-Z0-9+%=&._~-]{0,40}",
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+        ];
+        let pairs = prop::collection::vec((key, value), 0..5)
+            .prop_map(|ps| ps.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&"));
+        prop_oneof![pairs, any::<String>(), "[a-z_=&%0-9A-Fa-f+.]{0,64}"]
+    }
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::String),
+            "[ a-z]{0,30}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(5, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("query".to_owned()),
+                        Just("queries".to_owned()),
+                        Just("all_scores".to_owned()),
+                        any::<String>()
+                    ],
+                    inner,
+                    0..5
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    pub(crate) fn body() -> impl Strategy<Value = Vec<u8>> {
+        let nested = (1..2000usize, any::<bool>()).prop_map(|(depth, obj)| {
+            let (open, close) = if obj { (r#"{"a":"#, "}") } else { ("[", "]") };
+            format!("{}1{}", open.repeat(depth), close.repeat(depth)).into_bytes()
+        });
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..200),
+            json_value().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+            json_value().prop_map(|v| serde_json::to_vec(&serde_json::json!({"query": v})).unwrap()),
+            json_value()
+                .prop_map(|v| serde_json::to_vec(&serde_json::json!({"queries": v, "all_scores": true})).unwrap()),
+            prop::collection::vec(any::<String>(), 0..6)
+                .prop_map(|qs| serde_json::to_vec(&serde_json::json!({"queries": qs})).unwrap()),
+            nested,
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn any_query_string_is_one_query_or_invalid_request(raw in query_string()) {
+            match parse_query(&raw) {
+                Ok(call) => {
+                    prop_assert_eq!(call.queries.len(), 1);
+                    prop_assert!(!call.batch);
+                }
+                Err(e) => prop_assert_eq!(e.error_type(), ErrorType::InvalidRequest, "{}", e),
+            }
+        }
+
+        #[test]
+        fn any_body_is_a_call_or_invalid_request(body in body()) {
+            match parse_body(&body) {
+                Ok(call) => {
+                    let v: serde_json::Value = serde_json::from_slice(&body).expect("accepted bodies are JSON");
+                    let expected = match &v["queries"] {
+                        serde_json::Value::Array(qs) => qs.len(),
+                        _ => 1,
+                    };
+                    prop_assert_eq!(call.queries.len(), expected);
+                }
+                Err(e) => prop_assert_eq!(e.error_type(), ErrorType::InvalidRequest, "{}", e),
+            }
+        }
+
+        #[test]
+        fn encoded_queries_come_back_unchanged(q in any::<String>(), all in any::<bool>()) {
+            let raw = format!("all_scores={all}&query={}", encode(q.as_bytes()));
+            let call = parse_query(&raw).unwrap();
+            prop_assert_eq!(call, Call { queries: vec![q.clone()], batch: false, all_scores: all });
+            let body = serde_json::to_vec(&serde_json::json!({"queries": [q.clone(), q.clone()]})).unwrap();
+            prop_assert_eq!(parse_body(&body).unwrap().queries, vec![q.clone(), q]);
+        }
     }
 }

@@ -17,9 +17,15 @@ fn unix_ms() -> u64 {
 }
 
 /// The telemetry as of now: fills in the sample's age.
-pub fn with_age(mut t: GpuTelemetry) -> GpuTelemetry {
+pub fn with_age(t: GpuTelemetry) -> GpuTelemetry {
+    with_age_at(t, unix_ms())
+}
+
+/// The telemetry as of `now_unix_ms`: a sample's age is how long before then it was read (0 if
+/// the clock went back).
+fn with_age_at(mut t: GpuTelemetry, now_unix_ms: u64) -> GpuTelemetry {
     if let GpuTelemetry::Available(s) = &mut t {
-        s.age_ms = unix_ms().saturating_sub(s.sampled_at_unix_ms);
+        s.age_ms = now_unix_ms.saturating_sub(s.sampled_at_unix_ms);
     }
     t
 }
@@ -164,7 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn without_a_driver_the_reason_is_reported_not_zeros() {
+    fn a_cuda_worker_reports_a_reading_or_the_reason_never_zeros() {
         // On machines with an NVIDIA driver this reads real telemetry instead; either way no zeros
         // stand in for a reading.
         let mut rx = spawn_sampler(config::Device::Cuda(0), Duration::from_millis(10));
@@ -190,7 +196,34 @@ mod tests {
 
     #[test]
     fn age_is_filled_in_at_read_time() {
-        let t = GpuTelemetry::Unavailable { reason: "x".into() };
-        assert_eq!(with_age(t.clone()), t);
+        let sample = |sampled_at_unix_ms| {
+            GpuTelemetry::Available(GpuSample {
+                source: "nvml".into(),
+                sampled_at_unix_ms,
+                age_ms: 0,
+                device: GpuDevice {
+                    index: 0,
+                    uuid: "GPU-x".into(),
+                    name: "test".into(),
+                    utilization_pct: 50.0,
+                    memory_utilization_pct: 0.0,
+                    memory_used_bytes: 1,
+                    memory_total_bytes: 2,
+                    power_watts: None,
+                    power_limit_watts: None,
+                    sm_clock_mhz: None,
+                },
+                process: GpuProcess { pid: 1, sm_utilization_pct: None, memory_used_bytes: None },
+                shared: false,
+            })
+        };
+        let age = |t: GpuTelemetry| match t {
+            GpuTelemetry::Available(s) => s.age_ms,
+            GpuTelemetry::Unavailable { .. } => panic!("a sample stays a sample"),
+        };
+        assert_eq!(age(with_age_at(sample(10_000), 10_250)), 250);
+        assert_eq!(age(with_age_at(sample(10_000), 9_000)), 0, "a clock that went back gives 0, not a wrap");
+        let none = GpuTelemetry::Unavailable { reason: "x".into() };
+        assert_eq!(with_age_at(none.clone(), 10_250), none, "no reading, no age");
     }
 }

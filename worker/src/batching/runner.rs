@@ -1,0 +1,113 @@
+//! The backend's own OS thread: takes batches from the queue task, pads them, runs them, answers
+//! each query with its logits. What it measures goes to an [`Observer`] (the core implements it),
+//! so this module knows nothing of metrics or HTTP.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{BackendLoad, Batch, Entry, Pending};
+use crate::backend::{Backend, InputBatch};
+
+/// One batch, as run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchReport {
+    /// Queries answered (cancelled ones excluded).
+    pub rows: usize,
+    /// Padded sequence length the backend ran.
+    pub padded_len: usize,
+    /// Backend time, padding included.
+    pub elapsed: Duration,
+    /// Sum of the rows' waits from admission to the batch's start.
+    pub total_wait: Duration,
+}
+
+/// Told what the backend thread does. Calls come from the backend thread.
+pub trait Observer: Send + Sync + 'static {
+    /// `n` queries were dropped because their client had gone.
+    fn cancelled(&self, n: u64);
+    /// A batch of `rows` queries holding `tokens` real tokens starts.
+    fn started(&self, rows: usize, tokens: usize);
+    /// A query waited `wait` from admission to its batch's start.
+    fn waited(&self, wait: Duration);
+    /// The batch ran (called before its queries are answered, so figures are in place first).
+    fn ran(&self, report: &BatchReport);
+    /// Its queries are answered: nothing is in flight.
+    fn done(&self);
+}
+
+/// Tells the queue a batch is finished on every way out of [`run_batch`].
+struct Finished<'a>(&'a BackendLoad);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.finished();
+    }
+}
+
+/// Runs `backend` on a new thread named `name` until `batches` is closed. `setup` runs first, on
+/// that thread (to lower its priority, say) and makes the backend there: a backend whose
+/// library starts threads of its own starts them from this one.
+pub fn spawn<B, F>(
+    name: &str,
+    setup: F,
+    mut batches: mpsc::Receiver<Batch<Entry>>,
+    backend_load: Arc<BackendLoad>,
+    observer: Arc<dyn Observer>,
+) -> std::io::Result<JoinHandle<()>>
+where
+    B: Backend,
+    F: FnOnce() -> Option<B> + Send + 'static,
+{
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        let Some(mut backend) = setup() else { return };
+        while let Some(batch) = batches.blocking_recv() {
+            run_batch(&mut backend, batch, &backend_load, &*observer);
+        }
+    })
+}
+
+fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, load: &BackendLoad, obs: &dyn Observer) {
+    let _finished = Finished(load);
+    let started = Instant::now();
+    let (live, gone): (Vec<_>, Vec<_>) = batch.entries.into_iter().partition(|q| !q.item.is_cancelled());
+    if !gone.is_empty() {
+        obs.cancelled(gone.len() as u64);
+    }
+    if live.is_empty() {
+        return;
+    }
+    obs.started(live.len(), live.iter().map(|q| q.item.tokens()).sum());
+    let mut total_wait = Duration::ZERO;
+    for q in &live {
+        let wait = started.saturating_duration_since(q.item.admitted_at);
+        total_wait += wait;
+        obs.waited(wait);
+    }
+    let input = InputBatch::pad_to(live.iter().map(|q| (&q.item.input_ids[..], &q.item.type_ids[..])), |r, s| {
+        backend.padded_shape(r, s)
+    });
+    let span = tracing::debug_span!("batch", rows = live.len(), padded_len = input.seq_len);
+    let result = span.in_scope(|| backend.infer(&input));
+    let elapsed = started.elapsed();
+    let rows = live.len();
+    obs.ran(&BatchReport { rows, padded_len: input.seq_len, elapsed, total_wait });
+    match result {
+        Ok(logits) => {
+            for (q, logits) in live.into_iter().zip(logits) {
+                q.item.span.in_scope(|| tracing::trace!(inference_ms = elapsed.as_secs_f64() * 1e3, "answered"));
+                let _ = q.item.respond.send(Ok(logits));
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, rows, "batch failed");
+            for q in live {
+                let _ = q.item.respond.send(Err(e.clone()));
+            }
+        }
+    }
+    obs.done();
+}

@@ -1,0 +1,353 @@
+//! Admission control, in queries and in tokens, by request class: a plain struct, unit-tested
+//! without a runtime.
+//!
+//! Policy:
+//! - A request is admitted in two steps. Before tokenizing, its queries must fit in the query
+//!   capacity (`--queue-capacity`): this bounds the tokenizer's work and the memory of requests in
+//!   hand. After tokenizing, its tokens are its cost (a batch's time grows with its tokens), and
+//!   they must fit in the token capacity (`--queue-capacity-tokens`). Either miss is a 429 at once.
+//! - A request of more than `--heavy-request-tokens` tokens is *heavy*, any other *light*. Heavy
+//!   requests together may hold at most half of each capacity, so light requests always find room
+//!   however many heavy ones arrive; light requests may use all of it.
+//! - Before tokenizing, a request whose tokens cannot exceed the threshold (each token takes at
+//!   least one visible character, plus two special tokens per query; see `core::token_bound`) is
+//!   surely light. Any other may be heavy, and waits for its tokens in the heavy share of the
+//!   query capacity, so requests being tokenized cannot crowd light ones out either. While a long
+//!   request is tokenized its running total is checked ([`Admission::fits`]): once it cannot fit,
+//!   it is refused without tokenizing the rest, so refusing a heavy request is cheap.
+//! - The two classes run in separate lanes (a queue, a batcher and a backend thread each; see
+//!   `core::lanes`), so a light request never waits behind a heavy batch.
+//!
+//! Everything admitted and not yet answered is counted until its [`Ticket`] is dropped, on every
+//! way out of a request (answer, error, timeout, client gone).
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use wire::QueueStats;
+
+use crate::batching::Limits;
+
+/// A request's class, and the lane its queries run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    Light,
+    Heavy,
+}
+
+impl Class {
+    pub const ALL: [Self; 2] = [Self::Light, Self::Heavy];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Light => "light",
+            Self::Heavy => "heavy",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The capacities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Most queries admitted at once.
+    pub queries: u64,
+    /// Most tokens admitted at once.
+    pub tokens: u64,
+    /// A request of more tokens than this is heavy.
+    pub heavy_request_tokens: u64,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Queries,
+    Tokens(Class),
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    queries: u64,
+    tokens: u64,
+}
+
+#[derive(Debug, Default)]
+struct Usage {
+    /// Queries of requests admitted and not yet tokenized (no class yet): surely light, or maybe
+    /// heavy.
+    pending: [u64; 2],
+    class: [Held; 2],
+    /// In the batch each lane's backend is running.
+    in_flight: [Held; 2],
+}
+
+impl Usage {
+    fn queries(&self) -> u64 {
+        self.pending.iter().sum::<u64>() + self.class.iter().map(|h| h.queries).sum::<u64>()
+    }
+    fn tokens(&self) -> u64 {
+        self.class.iter().map(|h| h.tokens).sum()
+    }
+}
+
+#[derive(Debug)]
+pub struct Admission {
+    capacity: Capacity,
+    usage: Mutex<Usage>,
+}
+
+/// What a request holds; released when dropped.
+#[derive(Debug)]
+pub struct Ticket {
+    admission: Arc<Admission>,
+    queries: u64,
+    /// Its tokens may exceed the heavy threshold (known before tokenizing).
+    maybe_heavy: bool,
+    /// `None` until [`charge`](Self::charge) succeeded.
+    charged: Option<(Class, u64)>,
+}
+
+impl Admission {
+    pub fn new(capacity: Capacity) -> Self {
+        let capacity = Capacity { queries: capacity.queries.max(1), tokens: capacity.tokens.max(1), ..capacity };
+        Self { capacity, usage: Mutex::default() }
+    }
+
+    pub fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+
+    /// The class of a request of `tokens` tokens.
+    pub fn class_of(&self, tokens: u64) -> Class {
+        if tokens > self.capacity.heavy_request_tokens { Class::Heavy } else { Class::Light }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Usage> {
+        self.usage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Step one, before tokenizing: admits a request of `n` queries and at most `max_tokens`
+    /// tokens, or refuses at once when its queries do not fit (in the heavy share when it may be
+    /// heavy).
+    pub fn try_admit(self: &Arc<Self>, n: usize, max_tokens: u64) -> Result<Ticket, Refused> {
+        let n = n as u64;
+        let maybe_heavy = max_tokens > self.capacity.heavy_request_tokens;
+        let mut u = self.lock();
+        let mut fits = u.queries() + n <= self.capacity.queries;
+        if maybe_heavy {
+            fits &= u.pending[1] + u.class[Class::Heavy.index()].queries + n <= self.capacity.queries / 2;
+        }
+        if !fits {
+            return Err(Refused::Queries);
+        }
+        u.pending[usize::from(maybe_heavy)] += n;
+        Ok(Ticket { admission: self.clone(), queries: n, maybe_heavy, charged: None })
+    }
+
+    /// Whether a request of `queries` queries and (at least) `tokens` tokens could be charged now.
+    pub fn fits(&self, queries: u64, tokens: u64) -> bool {
+        self.fits_in(&self.lock(), self.class_of(tokens), queries, tokens)
+    }
+
+    fn fits_in(&self, u: &Usage, class: Class, queries: u64, tokens: u64) -> bool {
+        let mut fits = u.tokens() + tokens <= self.capacity.tokens;
+        if class == Class::Heavy {
+            let heavy = u.class[Class::Heavy.index()];
+            fits &= heavy.tokens + tokens <= self.capacity.tokens / 2
+                && heavy.queries + queries <= self.capacity.queries / 2;
+        }
+        fits
+    }
+
+    /// Queries admitted and not yet answered.
+    pub fn outstanding(&self) -> u64 {
+        self.lock().queries()
+    }
+
+    /// Set from `lane`'s backend thread to the batch it runs (zeros between batches).
+    pub fn set_in_flight(&self, lane: Class, queries: u64, tokens: u64) {
+        self.lock().in_flight[lane.index()] = Held { queries, tokens };
+    }
+
+    pub fn stats(&self, limits: Limits) -> QueueStats {
+        let u = self.lock();
+        let (queries, tokens) = (u.queries(), u.tokens());
+        let in_flight = u.in_flight.iter().map(|h| h.queries).sum::<u64>().min(queries);
+        let in_flight_tokens = u.in_flight.iter().map(|h| h.tokens).sum::<u64>().min(tokens);
+        let heavy = u.class[Class::Heavy.index()];
+        QueueStats {
+            queued: queries - in_flight,
+            in_flight,
+            capacity: self.capacity.queries,
+            max_batch_rows: limits.max_rows as u64,
+            max_batch_tokens: limits.max_tokens as u64,
+            max_queue_delay_ms: limits.max_delay.as_secs_f64() * 1e3,
+            queued_tokens: tokens - in_flight_tokens,
+            in_flight_tokens,
+            capacity_tokens: self.capacity.tokens,
+            heavy_queries: heavy.queries,
+            heavy_tokens: heavy.tokens,
+            heavy_request_tokens: self.capacity.heavy_request_tokens,
+        }
+    }
+}
+
+impl Ticket {
+    /// Step two, after tokenizing: charges the request's `tokens` to its class, or refuses when
+    /// they do not fit (the ticket keeps its queries until dropped).
+    pub fn charge(&mut self, tokens: u64) -> Result<Class, Refused> {
+        assert!(self.charged.is_none(), "a ticket is charged once");
+        let a = &self.admission;
+        let class = a.class_of(tokens);
+        let mut u = a.lock();
+        if !a.fits_in(&u, class, self.queries, tokens) {
+            return Err(Refused::Tokens(class));
+        }
+        u.pending[usize::from(self.maybe_heavy)] -= self.queries;
+        let held = &mut u.class[class.index()];
+        held.queries += self.queries;
+        held.tokens += tokens;
+        drop(u);
+        self.charged = Some((class, tokens));
+        Ok(class)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut u = self.admission.lock();
+        match self.charged {
+            None => u.pending[usize::from(self.maybe_heavy)] -= self.queries,
+            Some((class, tokens)) => {
+                let held = &mut u.class[class.index()];
+                held.queries -= self.queries;
+                held.tokens -= tokens;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn admission(queries: u64, tokens: u64, heavy_request_tokens: u64) -> Arc<Admission> {
+        Arc::new(Admission::new(Capacity { queries, tokens, heavy_request_tokens }))
+    }
+
+    fn limits() -> Limits {
+        Limits { max_rows: 2, max_tokens: 10, max_delay: Duration::ZERO, min_fill: 0.0 }
+    }
+
+    #[test]
+    fn queries_are_bounded_before_tokenizing_and_counts_are_disjoint() {
+        let a = admission(4, 1000, 100);
+        let t1 = a.try_admit(3, 10).expect("room for 3");
+        assert_eq!(a.try_admit(2, 10).unwrap_err(), Refused::Queries, "only one place left");
+        let mut t2 = a.try_admit(1, 10).expect("the last place");
+        t2.charge(20).unwrap();
+        a.set_in_flight(Class::Light, 1, 20);
+        let s = a.stats(limits());
+        assert_eq!((s.queued, s.in_flight, s.capacity), (3, 1, 4));
+        assert_eq!((s.queued_tokens, s.in_flight_tokens, s.capacity_tokens), (0, 20, 1000));
+        drop(t1);
+        drop(t2);
+        a.set_in_flight(Class::Light, 0, 0);
+        assert_eq!(a.outstanding(), 0);
+        assert_eq!(a.stats(limits()).queued_tokens, 0);
+        assert!(a.try_admit(5, 10).is_err(), "more than the capacity never fits");
+    }
+
+    #[test]
+    fn tokens_are_bounded_after_tokenizing() {
+        let a = admission(100, 100, 1000);
+        let mut t1 = a.try_admit(2, 10).unwrap();
+        assert_eq!(t1.charge(70), Ok(Class::Light));
+        let mut t2 = a.try_admit(1, 10).unwrap();
+        assert_eq!(t2.charge(31), Err(Refused::Tokens(Class::Light)), "70 + 31 > 100");
+        assert_eq!(a.outstanding(), 3, "a refused ticket holds its queries until dropped");
+        drop(t2);
+        assert_eq!(a.outstanding(), 2);
+        let mut t3 = a.try_admit(1, 10).unwrap();
+        assert_eq!(t3.charge(30), Ok(Class::Light), "exactly full");
+        drop((t1, t3));
+        assert_eq!((a.outstanding(), a.stats(limits()).queued_tokens), (0, 0));
+    }
+
+    #[test]
+    fn heavy_requests_hold_at_most_half_and_light_ones_always_find_room() {
+        // 1000 tokens; a request of more than 100 is heavy.
+        let a = admission(64, 1000, 100);
+        assert_eq!(a.class_of(100), Class::Light);
+        assert_eq!(a.class_of(101), Class::Heavy);
+        let mut heavy = Vec::new();
+        for _ in 0..2 {
+            let mut t = a.try_admit(8, 1000).unwrap();
+            assert_eq!(t.charge(250), Ok(Class::Heavy));
+            heavy.push(t);
+        }
+        // A third heavy request would take the heavy class past half the tokens.
+        let mut t = a.try_admit(8, 1000).unwrap();
+        assert_eq!(t.charge(250), Err(Refused::Tokens(Class::Heavy)));
+        drop(t);
+        // Light requests fill the rest.
+        let mut light = Vec::new();
+        for _ in 0..5 {
+            let mut t = a.try_admit(1, 10).unwrap();
+            assert_eq!(t.charge(100), Ok(Class::Light));
+            light.push(t);
+        }
+        let mut t = a.try_admit(1, 10).unwrap();
+        assert_eq!(t.charge(1), Err(Refused::Tokens(Class::Light)), "the whole capacity is used");
+        drop(t);
+        let s = a.stats(limits());
+        assert_eq!((s.heavy_queries, s.heavy_tokens, s.queued_tokens), (16, 500, 1000));
+        drop(heavy);
+        drop(light);
+        assert_eq!(a.outstanding(), 0);
+    }
+
+    #[test]
+    fn heavy_requests_hold_at_most_half_of_the_queries_too() {
+        let a = admission(10, 10_000, 100);
+        assert_eq!(a.try_admit(6, 1000).unwrap_err(), Refused::Queries, "6 queries that may be heavy > half of 10");
+        let mut t = a.try_admit(6, 60).unwrap();
+        assert_eq!(t.charge(600), Err(Refused::Tokens(Class::Heavy)), "6 heavy queries > half of 10");
+        drop(t);
+        let mut t = a.try_admit(5, 1000).unwrap();
+        assert_eq!(t.charge(600), Ok(Class::Heavy));
+        let mut light = a.try_admit(5, 10).unwrap();
+        assert_eq!(light.charge(50), Ok(Class::Light), "light requests may take the other half");
+    }
+
+    #[test]
+    fn requests_that_may_be_heavy_wait_for_their_tokens_in_the_heavy_share() {
+        let a = admission(10, 10_000, 100);
+        // Five queries being tokenized that may be heavy take the heavy share of the queries...
+        let maybe = a.try_admit(5, 101).unwrap();
+        assert_eq!(a.try_admit(1, 101).unwrap_err(), Refused::Queries);
+        // ...but not the surely light requests' room.
+        let mut light = a.try_admit(5, 100).unwrap();
+        assert_eq!(light.charge(60), Ok(Class::Light));
+        assert_eq!(a.outstanding(), 10);
+        drop(maybe);
+        assert!(a.try_admit(1, 101).is_ok());
+    }
+
+    #[test]
+    fn a_running_total_that_cannot_fit_is_known_before_the_end() {
+        let a = admission(100, 1000, 100);
+        let mut held = a.try_admit(10, 1000).unwrap();
+        assert_eq!(held.charge(400), Ok(Class::Heavy));
+        assert!(a.fits(10, 90), "still light: any room in the whole capacity");
+        assert!(a.fits(10, 100));
+        assert!(!a.fits(10, 101), "heavy from here, and 400 + 101 > 500");
+        drop(held);
+        assert!(a.fits(10, 500));
+        assert!(!a.fits(10, 501));
+    }
+}

@@ -1,0 +1,275 @@
+//! The worker's core, between HTTP and batching (the role text-embeddings-inference's
+//! `core/infer.rs` plays): it validates a request's queries, admits them, tokenizes them, queues
+//! them for the batcher, waits for their logits and turns those into predictions.
+//!
+//! The HTTP layer above only parses requests and maps [`CoreError`]s to answers; the batching
+//! engine below knows nothing of requests, labels or HTTP.
+
+pub mod admission;
+mod error;
+mod lanes;
+mod observer;
+pub mod postprocess;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use tokenizers::{Encoding, Tokenizer};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use wire::{Prediction, QueueStats};
+
+pub use admission::{Admission, Capacity, Class};
+pub use error::CoreError;
+
+use crate::backend::Backend;
+use crate::batching::{Entry, Limits};
+use crate::metrics::Metrics;
+use crate::stats::Stats;
+
+/// Requests with at most this many bytes of queries are tokenized on the runtime thread.
+const INLINE_TOKENIZE_BYTES: usize = 512;
+
+/// Per-request bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLimits {
+    pub max_queries: usize,
+    pub max_query_bytes: usize,
+    /// Tokens a query is cut to (the tokenizer's truncation).
+    pub max_query_tokens: usize,
+    pub request_timeout: Duration,
+}
+
+/// What the core is made of; see [`Core::start`].
+#[derive(Debug)]
+pub struct Parts {
+    pub tokenizer: Tokenizer,
+    /// Class labels in the model's output order.
+    pub labels: Vec<String>,
+    pub limits: RequestLimits,
+    pub batch_limits: Limits,
+    /// Most queries and tokens admitted at once, and the size of a heavy request.
+    pub capacity: Capacity,
+    pub stats: Arc<Stats>,
+    pub metrics: Arc<Metrics>,
+}
+
+#[derive(Debug)]
+pub struct Core {
+    tokenizer: Arc<Tokenizer>,
+    labels: Arc<[String]>,
+    admission: Arc<Admission>,
+    /// Each lane's queue, by [`Class`].
+    lanes: [mpsc::Sender<Entry>; 2],
+    limits: RequestLimits,
+    batch_limits: Limits,
+    stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
+    draining: AtomicBool,
+}
+
+impl Core {
+    /// Starts a lane per [`Class`] (a batching task and a backend thread each); `make_backend`
+    /// makes each lane's backend on that lane's thread (`None`: it could not, and has said why).
+    /// Must be called within a tokio runtime.
+    pub fn start<B, F>(parts: Parts, make_backend: F) -> std::io::Result<Self>
+    where
+        B: Backend,
+        F: Fn(Class) -> Option<B> + Send + Sync + 'static,
+    {
+        let Parts { tokenizer, labels, limits, batch_limits, capacity, stats, metrics } = parts;
+        let admission = Arc::new(Admission::new(capacity));
+        let shared = lanes::Shared {
+            batch_limits,
+            queue_capacity: usize::try_from(admission.capacity().queries).unwrap_or(usize::MAX),
+            admission: admission.clone(),
+            stats: stats.clone(),
+            metrics: metrics.clone(),
+            make_backend: Arc::new(make_backend),
+        };
+        let lanes = [lanes::start(Class::Light, &shared)?, lanes::start(Class::Heavy, &shared)?];
+        Ok(Self {
+            tokenizer: Arc::new(tokenizer),
+            labels: labels.into(),
+            admission,
+            lanes,
+            limits,
+            batch_limits,
+            stats,
+            metrics,
+            draining: AtomicBool::new(false),
+        })
+    }
+
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// Readiness turns false and new work is refused; accepted work goes on.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Queries admitted and not yet answered.
+    pub fn outstanding(&self) -> u64 {
+        self.admission.outstanding()
+    }
+
+    pub fn queue_stats(&self) -> QueueStats {
+        self.admission.stats(self.batch_limits)
+    }
+
+    /// Classifies `queries`, in order: validates, admits their queries (or refuses at once with
+    /// [`CoreError::Overloaded`]), tokenizes, admits their tokens in their class (or refuses),
+    /// queues them in their class's lane, and waits for the batches, at most the request timeout.
+    pub async fn predict(&self, queries: Vec<String>, all_scores: bool) -> Result<Vec<Prediction>, CoreError> {
+        if self.is_draining() {
+            return Err(CoreError::Draining);
+        }
+        self.validate(&queries)?;
+        let n = queries.len();
+        let bound = token_bound(&queries, self.limits.max_query_tokens);
+        let Ok(mut ticket) = self.admission.try_admit(n, bound) else {
+            self.stats.rejected(Instant::now(), n as u64);
+            return Err(CoreError::Overloaded);
+        };
+        let admitted_at = Instant::now();
+        let timeout = self.limits.request_timeout;
+        let logits = tokio::time::timeout(timeout, self.run(queries, &mut ticket, admitted_at))
+            .await
+            .map_err(|_| CoreError::Timeout(timeout))??;
+        self.stats.completed(Instant::now(), n as u64);
+        Ok(logits.into_iter().map(|row| postprocess::prediction(&self.labels, row, all_scores)).collect())
+    }
+
+    fn validate(&self, queries: &[String]) -> Result<(), CoreError> {
+        let limits = &self.limits;
+        if queries.is_empty() {
+            return Err(CoreError::Invalid("`queries` is empty".into()));
+        }
+        if queries.len() > limits.max_queries {
+            return Err(CoreError::Invalid(format!(
+                "{} queries in one request; the limit is {}",
+                queries.len(),
+                limits.max_queries
+            )));
+        }
+        for (index, q) in queries.iter().enumerate() {
+            if q.trim().is_empty() {
+                return Err(CoreError::Invalid(format!("query {index} is empty")));
+            }
+            if q.len() > limits.max_query_bytes {
+                return Err(CoreError::QueryTooLong { index, len: q.len(), limit: limits.max_query_bytes });
+            }
+        }
+        Ok(())
+    }
+
+    /// Tokenizes, charges the tokens, queues every query in its lane, and waits for all logits.
+    async fn run(
+        &self,
+        queries: Vec<String>,
+        ticket: &mut admission::Ticket,
+        admitted_at: Instant,
+    ) -> Result<Vec<Vec<f32>>, CoreError> {
+        let n = queries.len() as u64;
+        let encodings = self.tokenize(queries).await?;
+        let charged = encodings.map(|encodings| {
+            let tokens = encodings.iter().map(|e| e.len() as u64).sum();
+            ticket.charge(tokens).map(|class| (encodings, tokens, class))
+        });
+        let Some(Ok((encodings, tokens, class))) = charged else {
+            self.stats.rejected(Instant::now(), n);
+            return Err(CoreError::Overloaded);
+        };
+        self.stats.admitted(Instant::now(), n);
+        self.metrics.admitted(class.as_str(), tokens);
+        let queue = &self.lanes[class as usize];
+        let span = tracing::Span::current();
+        let mut receivers = Vec::with_capacity(encodings.len());
+        for enc in encodings {
+            let (respond, rx) = oneshot::channel();
+            let entry = Entry {
+                input_ids: enc.get_ids().iter().map(|&i| i64::from(i)).collect(),
+                type_ids: enc.get_type_ids().iter().map(|&i| i64::from(i)).collect(),
+                admitted_at,
+                respond,
+                span: span.clone(),
+            };
+            // The queue holds as many entries as there are admission permits, so this never waits.
+            queue.try_send(entry).map_err(|e| CoreError::Internal(format!("queue: {e}")))?;
+            receivers.push(rx);
+        }
+        let answers =
+            try_join_all(receivers).await.map_err(|_| CoreError::Internal("the backend dropped a query".into()))?;
+        answers.into_iter().map(|a| a.map_err(|e| CoreError::Internal(e.to_string()))).collect()
+    }
+
+    /// A short request tokenizes in tens of microseconds: inline is cheaper than a thread
+    /// hand-off. Longer ones go to the blocking pool, in parallel across requests, so they never
+    /// stall the runtime; their running token total is checked after each query, and tokenizing
+    /// stops as soon as the request could no longer be admitted (`None`).
+    async fn tokenize(&self, queries: Vec<String>) -> Result<Option<Vec<Encoding>>, CoreError> {
+        let invalid = |e: tokenizers::Error| CoreError::Invalid(format!("could not tokenize: {e}"));
+        if queries.iter().map(String::len).sum::<usize>() <= INLINE_TOKENIZE_BYTES {
+            let encodings = queries.iter().map(|q| self.tokenizer.encode(q.as_str(), true));
+            return encodings.collect::<Result<Vec<_>, _>>().map(Some).map_err(invalid);
+        }
+        let (tokenizer, admission) = (self.tokenizer.clone(), self.admission.clone());
+        let encode = move || {
+            let n = queries.len() as u64;
+            let (mut encodings, mut tokens) = (Vec::with_capacity(queries.len()), 0);
+            for q in &queries {
+                let enc = tokenizer.encode(q.as_str(), true)?;
+                tokens += enc.len() as u64;
+                encodings.push(enc);
+                if !admission.fits(n, tokens) {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(encodings))
+        };
+        tokio::task::spawn_blocking(encode)
+            .await
+            .map_err(|e| CoreError::Internal(format!("tokenizer task: {e}")))?
+            .map_err(invalid)
+    }
+}
+
+/// Most tokens `queries` can make: each query is cut to `max_query_tokens`, and each token takes
+/// at least one visible character, besides the two special tokens ([CLS], [SEP]) per query.
+fn token_bound(queries: &[String], max_query_tokens: usize) -> u64 {
+    let per_query = |q: &String| (q.chars().filter(|c| !c.is_whitespace()).count() + 2).min(max_query_tokens);
+    queries.iter().map(per_query).sum::<usize>() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_bound_is_never_below_the_tokenizers_count() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/snips-minilm-l6");
+        let model = crate::model::ModelDir::load(&dir, None).unwrap();
+        let long = "supercalifragilistic antidisestablishmentarianism ".repeat(40);
+        for q in [
+            "Music",
+            "play some jazz music",
+            "what's the weather like in paris tomorrow?!",
+            "ÉTÉ à Zürich, 北京",
+            &long,
+        ] {
+            let real = model.tokenizer.encode(q, true).unwrap().len() as u64;
+            let bound = token_bound(&[q.to_owned()], model.max_tokens);
+            assert!(bound >= real, "{q:?}: bound {bound} < {real} tokens");
+        }
+        assert_eq!(token_bound(&[long.clone(), long], 128), 256, "each query is cut to the truncation");
+        assert_eq!(token_bound(&["a b".into()], 128), 4);
+    }
+}
