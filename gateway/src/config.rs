@@ -6,17 +6,8 @@ use std::time::Duration;
 
 /// Parse a duration flag: `250ms`, `1.5s`, `2m`, `1h 30m`, `0` (`humantime`, the one duration syntax
 /// of the project's binaries).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| format!("not a duration: {s:?} ({e}; write 250ms, 10s or 2m)"))
-}
-
-/// Runtime worker threads for `--threads`: the given number, or with 0 the CPUs this process may
-/// run on (`available_parallelism` honours the affinity mask and cgroup quotas).
-pub fn runtime_threads(threads: usize) -> usize {
-    if threads > 0 {
-        return threads;
-    }
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
 /// The gateway: p2c balancing over GPU workers, discovery, and the pool scaling signal.
@@ -159,6 +150,15 @@ pub struct Config {
 }
 
 impl Config {
+    /// Runtime worker threads for `--threads`: the given number, or with 0 the CPUs this process
+    /// may run on (`available_parallelism` honours the affinity mask and cgroup quotas).
+    pub fn runtime_threads(&self) -> usize {
+        if self.threads > 0 {
+            return self.threads;
+        }
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    }
+
     /// A configuration with every default and no workers, for tests.
     pub fn for_tests() -> Self {
         use clap::Parser;

@@ -181,16 +181,15 @@ impl Metrics {
     }
 
     /// Drop every per-worker series of a worker that left the pool.
-    pub fn forget_worker(&self, pool: &str, worker: &str) {
-        let l = WorkerLabels { pool: pool.to_owned(), worker: worker.to_owned() };
-        self.worker_outstanding.remove(&l);
-        self.worker_queue.remove(&l);
-        self.worker_gpu.remove(&l);
-        self.worker_gpu_memory.remove(&l);
-        self.worker_pressure.remove(&l);
-        self.worker_telemetry_age.remove(&l);
-        self.worker_stale.remove(&l);
-        self.worker_ready.remove(&l);
+    pub fn forget_worker(&self, l: &WorkerLabels) {
+        self.worker_outstanding.remove(l);
+        self.worker_queue.remove(l);
+        self.worker_gpu.remove(l);
+        self.worker_gpu_memory.remove(l);
+        self.worker_pressure.remove(l);
+        self.worker_telemetry_age.remove(l);
+        self.worker_stale.remove(l);
+        self.worker_ready.remove(l);
     }
 }
 

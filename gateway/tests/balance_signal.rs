@@ -47,9 +47,9 @@ async fn a_worker_reporting_a_deep_queue_receives_less_traffic() {
     busy.state.reported_queue.store(200, Ordering::SeqCst);
     let gw = TestGateway::start(config(&[&idle, &busy])).await;
     gw.wait_ready("default", 2).await;
-    let p = gw.gw.pools.get("default").unwrap();
+    let p = gw.pool("default");
     wait_for(
-        || p.endpoints().iter().all(|e| e.fresh_snapshot(Duration::from_secs(3)).is_some()),
+        || p.workers().iter().all(|w| w.telemetry_age_ms.is_some_and(|age| age < 3000)),
         "telemetry from both workers",
     )
     .await;
@@ -101,7 +101,7 @@ async fn cpu_workers_have_no_gpu_memory_reading_and_pools_take_the_configured_na
     cfg.pool_namespace = "ml".to_owned();
     let gw = TestGateway::start(cfg).await;
     gw.wait_ready("default", 1).await;
-    let pool = gw.gw.pools.get("default").unwrap();
+    let pool = gw.pool("default");
     assert_eq!(pool.meta.namespace, "ml");
     assert_eq!(pool.meta.labels.get("pool").map(String::as_str), Some("default"));
     let mut rx = pool.signal();
@@ -121,7 +121,7 @@ async fn without_telemetry_routing_works_and_the_signal_is_fail_static() {
     gw.wait_ready("default", 1).await;
     let c = client();
     assert_eq!(post(&c, &format!("{}/predict", gw.url), "{}").await.status, StatusCode::OK);
-    let mut rx = gw.gw.pools.get("default").unwrap().signal();
+    let mut rx = gw.pool("default").signal();
     wait_for(|| rx.borrow_and_update().components.workers == 1, "first signal with the worker").await;
     let s = get(&c, &format!("{}/pools/default/signal", gw.url)).await.body;
     assert!(s["signal"].as_f64().unwrap() >= 1.0, "a blind worker counts as a replica: {s}");
@@ -135,7 +135,7 @@ async fn stale_telemetry_holds_the_last_pressure() {
     let mut cfg = config(&[&a]);
     cfg.stale_after = Duration::from_millis(300);
     let gw = TestGateway::start(cfg).await;
-    let pool = gw.gw.pools.get("default").unwrap();
+    let pool = gw.pool("default");
     let mut rx = pool.signal();
     wait_for(|| (rx.borrow_and_update().signal - 4.0).abs() < 1e-6, "signal 4").await;
     // The worker stops reporting: after stale_after the signal is stale but still 4.

@@ -38,7 +38,7 @@ impl Drop for WorkerFile {
 }
 
 fn urls(gw: &TestGateway, pool: &str) -> Vec<String> {
-    gw.gw.pools.get(pool).map(|p| p.endpoints().iter().map(|e| e.url.clone()).collect()).unwrap_or_default()
+    gw.gw.pools().get(pool).map(|p| p.workers().into_iter().map(|w| w.url).collect()).unwrap_or_default()
 }
 
 #[tokio::test]

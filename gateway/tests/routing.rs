@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{FakeWorker, Mode, TestGateway, client, config, get, post, wait_for};
-use gateway::endpoint::Health;
+use gateway::Health;
 use http::StatusCode;
 
 #[tokio::test]
@@ -89,8 +89,8 @@ async fn admission_is_bounded_with_429_and_retry_after() {
             tokio::spawn(async move { post(&c, &url, "{}").await.status })
         })
         .collect();
-    let p = gw.gw.pools.get("default").unwrap();
-    wait_for(|| p.endpoints()[0].outstanding() == 2, "two requests in flight").await;
+    let p = gw.pool("default");
+    wait_for(|| p.workers()[0].outstanding == 2, "two requests in flight").await;
     let a = post(&c, &url, "{}").await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(a.body["error_type"], "overloaded");
@@ -131,8 +131,8 @@ async fn draining_worker_503_is_retried_elsewhere_and_taken_out() {
         assert_eq!(r.body["intent"], "b");
     }
     assert_eq!(a.state.refusals.load(Ordering::SeqCst), 1, "a refused once, then was out of rotation");
-    let p = gw.gw.pools.get("default").unwrap();
-    assert!(p.endpoints().iter().any(|e| e.url == a.url && e.health() != Health::Ready));
+    let p = gw.pool("default");
+    assert!(p.workers().iter().any(|w| w.url == a.url && w.health != Health::Ready));
     // Draining ends (the worker is back): the re-probe puts it back in rotation.
     b.set_delay(0);
     a.set_mode(Mode::Ok);
@@ -198,14 +198,13 @@ async fn consecutive_failures_eject_and_reprobing_restores() {
     gw.wait_ready("default", 1).await;
     bad.set_mode(Mode::Drop);
     let c = client();
-    let p = gw.gw.pools.get("default").unwrap();
-    let ep = p.endpoints()[0].clone();
+    let p = gw.pool("default");
     for _ in 0..5 {
         let r = post(&c, &format!("{}/predict", gw.url), "{}").await;
         assert_eq!(r.status, StatusCode::BAD_GATEWAY);
         assert_eq!(r.body["error_type"], "upstream");
     }
-    assert_eq!(ep.health(), Health::Ejected);
+    assert_eq!(p.workers()[0].health, Health::Ejected);
     let r = post(&c, &format!("{}/predict", gw.url), "{}").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "ejected: no ready worker");
     let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
@@ -221,13 +220,13 @@ async fn ejected_worker_is_reprobed_with_backoff() {
     gw.wait_ready("default", 1).await;
     bad.set_mode(Mode::Drop);
     let c = client();
-    let ep = gw.gw.pools.get("default").unwrap().endpoints()[0].clone();
+    let p = gw.pool("default");
     for _ in 0..5 {
         post(&c, &format!("{}/predict", gw.url), "{}").await;
     }
     // /readyz still answers 200, so the re-probe brings it back.
     bad.set_mode(Mode::Ok);
-    wait_for(|| ep.health() == Health::Ready, "re-probed worker back").await;
+    wait_for(|| p.workers()[0].health == Health::Ready, "re-probed worker back").await;
     assert_eq!(post(&c, &format!("{}/predict", gw.url), "{}").await.status, StatusCode::OK);
 }
 
@@ -252,8 +251,8 @@ async fn killed_worker_costs_no_request() {
             statuses
         }));
     }
-    let p = gw.gw.pools.get("default").unwrap();
-    wait_for(|| ws[0].predicts() > 10 && p.endpoints().iter().any(|e| e.outstanding() > 0), "load").await;
+    let p = gw.pool("default");
+    wait_for(|| ws[0].predicts() > 10 && p.workers().iter().any(|w| w.outstanding > 0), "load").await;
     ws[0].kill();
     let mut failed = 0;
     for t in tasks {

@@ -40,6 +40,12 @@ pub(super) fn encode(w: &mut Vec<u8>, out: &Outgoing<'_>, host: &str) {
         w.extend_from_slice(b"\r\ncontent-type: ");
         w.extend_from_slice(ct.as_bytes());
     }
+    for (name, value) in out.headers {
+        w.extend_from_slice(b"\r\n");
+        w.extend_from_slice(name.as_bytes());
+        w.extend_from_slice(b": ");
+        w.extend_from_slice(value.as_bytes());
+    }
     // As hyper does: no length for a bodiless GET/HEAD, an explicit one otherwise.
     if !out.body.is_empty() || !matches!(*out.method, Method::GET | Method::HEAD) {
         // Writing to a Vec cannot fail.

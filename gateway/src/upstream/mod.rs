@@ -24,10 +24,11 @@
 //! first (the least likely to have been closed by the worker's keep-alive timer), at most
 //! `max_idle` are kept, and [`Upstream::prune`] closes those the worker has closed or that have
 //! been idle too long. A request sent on a reused connection that ends before a single byte of
-//! answer (the worker closed it while the request was on its way: the keep-alive race) is sent
-//! again once on a new connection to the same worker; the worker cannot have answered it.
+//! answer (the worker closed it while the request was on its way: the keep-alive race) is
+//! reported as [`Error::Stale`]; whether to send it again is not decided here but in the
+//! gateway's outcome policy (`pool::outcome::send`: once more, on a [`Conn::New`] connection).
 //!
-//! Checked against hyper's client: `tests/upstream_vs_hyper.rs` generates worker answers (valid and broken
+//! Checked against hyper's client: `vs_hyper.rs` generates worker answers (valid and broken
 //! framing, odd spelling and spacing, interim answers, HTTP/1.0, pieces of random size) and
 //! requires the same outcome and the same keep-alive decisions from both (600 cases in the test
 //! suite; 20,000 clean with `UPSTREAM_CASES=20000`). One difference is by design: bytes a worker
@@ -40,6 +41,8 @@ mod codec;
 mod conn;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vs_hyper;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -62,22 +65,28 @@ pub enum Error {
     /// The request never reached the worker whole (no connection could be made, or it could not
     /// be written on a new connection): always safe to send elsewhere.
     Connect(String),
+    /// A reused keep-alive connection ended before a single byte of answer: the worker closed it
+    /// while idle and cannot have processed the request.
+    Stale(String),
     /// The request was sent and no complete, valid answer came back.
     Exchange(String),
-}
-
-impl Error {
-    pub fn is_connect(&self) -> bool {
-        matches!(self, Self::Connect(_))
-    }
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Connect(e) | Self::Exchange(e) => f.write_str(e),
+            Self::Connect(e) | Self::Stale(e) | Self::Exchange(e) => f.write_str(e),
         }
     }
+}
+
+/// Which connection a request goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conn {
+    /// The most recently used idle connection, or a new one when none is idle.
+    Reuse,
+    /// A new connection.
+    New,
 }
 
 /// A request to a worker (buffered by the caller: it may be sent twice).
@@ -87,12 +96,14 @@ pub struct Outgoing<'a> {
     /// Origin-form target, e.g. `/predict?query=hi`.
     pub path_and_query: &'a str,
     pub content_type: Option<&'a HeaderValue>,
+    /// Headers passed through as they are (e.g. `x-request-id`, `traceparent`).
+    pub headers: &'a [(&'static str, &'a HeaderValue)],
     pub body: &'a [u8],
 }
 
 impl<'a> Outgoing<'a> {
     pub fn get(path_and_query: &'a str) -> Self {
-        Self { method: &Method::GET, path_and_query, content_type: None, body: &[] }
+        Self { method: &Method::GET, path_and_query, content_type: None, headers: &[], body: &[] }
     }
 }
 
@@ -129,27 +140,25 @@ impl Upstream {
         Self { authority, idle: Mutex::new(Vec::new()), max_idle, connect_timeout }
     }
 
-    /// Send `out` and read the answer, at most `max_bytes` of body.
-    pub async fn request(&self, out: Outgoing<'_>, max_bytes: usize) -> Result<Answer, Error> {
-        let host = self.authority.as_str();
-        let mut conn = match self.checkout() {
-            Some(conn) => conn,
+    /// Send `out` on the connection `conn` asks for and read the answer, at most `max_bytes` of
+    /// body. Sends once: [`Error::Stale`] is the caller's to resend.
+    pub async fn request(&self, out: Outgoing<'_>, max_bytes: usize, conn: Conn) -> Result<Answer, Error> {
+        let reused = match conn {
+            Conn::Reuse => self.checkout(),
+            Conn::New => None,
+        };
+        let mut c = match reused {
+            Some(c) => c,
             None => self.connect().await?,
         };
-        loop {
-            match conn.exchange(&out, host, max_bytes).await {
-                Ok((answer, keep_alive)) => {
-                    self.checkin(conn, keep_alive);
-                    return Ok(answer);
-                }
-                // Only a reused connection is stale, so this sends once more at most.
-                Err(Failed::Stale(detail)) => {
-                    tracing::debug!(worker = %self.authority, detail, "idle connection was closed; sending on a new one");
-                    conn = self.connect().await?;
-                }
-                Err(Failed::NotSent(detail)) => return Err(Error::Connect(detail)),
-                Err(Failed::Sent(detail)) => return Err(Error::Exchange(detail)),
+        match c.exchange(&out, self.authority.as_str(), max_bytes).await {
+            Ok((answer, keep_alive)) => {
+                self.checkin(c, keep_alive);
+                Ok(answer)
             }
+            Err(Failed::Stale(detail)) => Err(Error::Stale(detail)),
+            Err(Failed::NotSent(detail)) => Err(Error::Connect(detail)),
+            Err(Failed::Sent(detail)) => Err(Error::Exchange(detail)),
         }
     }
 

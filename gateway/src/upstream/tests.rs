@@ -74,7 +74,7 @@ fn upstream(authority: Authority) -> Upstream {
 }
 
 async fn get(u: &Upstream) -> Result<Answer, Error> {
-    u.request(Outgoing::get("/predict?query=hi"), 1024).await
+    u.request(Outgoing::get("/predict?query=hi"), 1024, Conn::Reuse).await
 }
 
 #[tokio::test]
@@ -101,9 +101,10 @@ async fn a_post_carries_its_body_type_and_length() {
         method: &Method::POST,
         path_and_query: "/predict",
         content_type: Some(&ct),
+        headers: &[],
         body: br#"{"query":"hi"}"#,
     };
-    upstream(addr.clone()).request(out, 1024).await.unwrap();
+    upstream(addr.clone()).request(out, 1024, Conn::Reuse).await.unwrap();
     assert_eq!(
         seen.lock().unwrap().requests[0],
         format!(
@@ -157,16 +158,19 @@ async fn close_delimited_and_connection_close_answers_are_not_reused() {
 }
 
 #[tokio::test]
-async fn a_keep_alive_connection_closed_by_the_worker_is_replaced_without_an_error() {
+async fn a_keep_alive_connection_closed_by_the_worker_is_stale_and_a_new_one_is_opened_on_request() {
     // The first connection answers once and closes: the second request finds it dead.
     let (addr, seen) = scripted(vec![vec![OK], vec![OK]]).await;
     let u = upstream(addr);
     get(&u).await.unwrap();
     assert_eq!(u.idle_count(), 1);
-    assert_eq!(get(&u).await.unwrap().status, StatusCode::OK);
+    let e = get(&u).await.unwrap_err();
+    assert!(matches!(e, Error::Stale(_)), "{e}");
+    assert_eq!(seen.lock().unwrap().requests.len(), 1, "the worker never read the second request");
+    let a = u.request(Outgoing::get("/predict?query=hi"), 1024, Conn::New).await.unwrap();
+    assert_eq!(a.status, StatusCode::OK);
     let seen = seen.lock().unwrap();
-    assert_eq!(seen.connections, 2);
-    assert_eq!(seen.requests.len(), 2, "the request reached the worker once");
+    assert_eq!((seen.connections, seen.requests.len()), (2, 2));
 }
 
 #[tokio::test]
@@ -211,8 +215,9 @@ async fn idle_connections_do_not_keep_large_buffers() {
     let (addr, _) = scripted(vec![vec![big]]).await;
     let u = upstream(addr);
     let body = vec![b'y'; 300_000];
-    let out = Outgoing { method: &Method::POST, path_and_query: "/predict", content_type: None, body: &body };
-    assert_eq!(u.request(out, 1 << 20).await.unwrap().body.len(), 200_000);
+    let out =
+        Outgoing { method: &Method::POST, path_and_query: "/predict", content_type: None, headers: &[], body: &body };
+    assert_eq!(u.request(out, 1 << 20, Conn::Reuse).await.unwrap().body.len(), 200_000);
     let idle = idle_buffer_capacities(&u);
     assert_eq!(idle.len(), 1);
     assert!(idle[0].0 <= KEEP_BUFFER_BYTES && idle[0].1 <= KEEP_BUFFER_BYTES, "{idle:?}");

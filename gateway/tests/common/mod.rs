@@ -229,7 +229,7 @@ pub fn config(workers: &[&FakeWorker]) -> gateway::Config {
 }
 
 /// A gateway served in-process on 127.0.0.1:0, by the same listener as the binary
-/// (`gateway::server::serve`: the `/predict` fast path, the router for the rest).
+/// (`Gateway::serve`).
 pub struct TestGateway {
     pub url: String,
     pub gw: gateway::Gateway,
@@ -244,20 +244,33 @@ impl Drop for TestGateway {
 
 impl TestGateway {
     pub async fn start(config: gateway::Config) -> Self {
-        let gw = gateway::build(config).await.unwrap();
-        let state = gw.state();
+        Self::serve(gateway::build(config).await.unwrap()).await
+    }
+
+    /// With EndpointSlices watched through `kube` (a client of a test API server).
+    pub async fn start_with_kube(config: gateway::Config, kube: kube::Client) -> Self {
+        Self::serve(gateway::build_with_kube_client(config, Some(kube)).await.unwrap()).await
+    }
+
+    async fn serve(gw: gateway::Gateway) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        let g = gw.clone();
         let server = tokio::spawn(async move {
-            let _ = gateway::server::serve(listener, state, std::future::pending()).await;
+            let _ = g.serve(listener, std::future::pending()).await;
         });
         Self { url, gw, server }
     }
 
+    pub fn pool(&self, name: &str) -> Arc<gateway::Pool> {
+        self.gw.pools().get(name).unwrap_or_else(|| panic!("no pool {name}"))
+    }
+
     /// Wait until `n` workers of `pool` are ready.
     pub async fn wait_ready(&self, pool: &str, n: usize) {
-        let p = self.gw.pools.get(pool).unwrap();
-        wait_for(|| p.endpoints().iter().filter(|e| e.is_ready()).count() == n, "workers ready").await;
+        let p = self.pool(pool);
+        wait_for(|| p.workers().iter().filter(|w| w.health == gateway::Health::Ready).count() == n, "workers ready")
+            .await;
     }
 }
 
