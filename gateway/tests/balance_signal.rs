@@ -149,3 +149,18 @@ async fn stale_telemetry_holds_the_last_pressure() {
     wait_for(|| !rx.borrow_and_update().stale, "fresh again").await;
     assert!(rx.borrow().signal <= 4.0);
 }
+
+#[tokio::test]
+async fn a_worker_of_another_stats_schema_still_feeds_the_signal_and_its_token_queue_is_read() {
+    let a = FakeWorker::start("a").await;
+    a.state.schema_version.store(2, Ordering::SeqCst);
+    a.state.reported_queue.store(64, Ordering::SeqCst); // 2 replicas by queue
+    let gw = TestGateway::start(config(&[&a])).await;
+    let pool = gw.pool("default");
+    let mut rx = pool.signal();
+    wait_for(|| (rx.borrow_and_update().signal - 2.0).abs() < 1e-6 && !rx.borrow().stale, "signal 2 from v2 stats")
+        .await;
+    let w = &pool.workers()[0];
+    assert_eq!(w.reported_queue, Some(64));
+    assert_eq!(w.reported_queue_tokens, Some(64 * 10 + 5));
+}

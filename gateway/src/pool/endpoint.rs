@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::ewma::PeakEwma;
 use super::outcome::HealthEffect;
+use super::stats::StatsView;
 use crate::ctx::Ctx;
 use crate::metrics::{Metrics, RequestLabels, WorkerLabels};
 use crate::upstream::Upstream;
@@ -66,10 +67,12 @@ pub(crate) struct Snapshot {
     pub(crate) at: Instant,
     /// `queued + in_flight` as the worker reported it.
     pub(crate) reported_queue: u64,
+    /// The same in tokens, when the worker reports it.
+    pub(crate) reported_queue_tokens: Option<u64>,
     /// The gateway's outstanding requests to this worker when the snapshot arrived; the part of
     /// `reported_queue` beyond it belongs to other clients.
     pub(crate) outstanding_at_snapshot: u64,
-    /// `GpuTelemetry::utilization_pct()`: `None` when the worker has no GPU reading.
+    /// GPU utilization in percent (see `stats`): `None` when the worker has no GPU reading.
     pub(crate) gpu_pct: Option<f64>,
     /// Device memory used / total, when the worker has a GPU reading.
     pub(crate) gpu_memory_used_ratio: Option<f64>,
@@ -319,18 +322,14 @@ impl Endpoint {
         metrics.forget_worker(&self.labels);
     }
 
-    pub(crate) fn store_snapshot(&self, stats: &wire::WorkerStats) {
+    pub(crate) fn store_snapshot(&self, stats: &StatsView) {
         let snap = Snapshot {
             at: Instant::now(),
-            reported_queue: stats.queue.queued + stats.queue.in_flight,
+            reported_queue: stats.reported_queue(),
+            reported_queue_tokens: stats.reported_queue_tokens(),
             outstanding_at_snapshot: self.outstanding(),
-            gpu_pct: stats.gpu.utilization_pct(),
-            gpu_memory_used_ratio: match &stats.gpu {
-                wire::GpuTelemetry::Available(s) if s.device.memory_total_bytes > 0 => {
-                    Some(s.device.memory_used_bytes as f64 / s.device.memory_total_bytes as f64)
-                }
-                _ => None,
-            },
+            gpu_pct: stats.gpu_utilization_pct(),
+            gpu_memory_used_ratio: stats.gpu_memory_used_ratio(),
         };
         if let Ok(mut s) = self.snapshot.lock() {
             *s = Some(snap);

@@ -1,7 +1,7 @@
 //! Pools of workers and their health: the registry that keeps pools in step with discovery
 //! ([`Pools`]), one pool's worker set and backlog ([`Pool`]), one worker's state
-//! ([`endpoint`]), the per-worker monitor task ([`monitor`]) that polls the worker's stats and
-//! readiness, and the policy that says what the outcome of a call to a worker means
+//! ([`endpoint`]), the per-worker monitor task ([`monitor`]) that reads the worker's stats
+//! through the gateway's narrow view of them ([`stats`]), and the policy that says what the outcome of a call to a worker means
 //! ([`outcome`]).
 //!
 //! A pool's worker set is swapped atomically (`ArcSwap`, as pingora does): a request holds the
@@ -13,6 +13,7 @@ mod ewma;
 mod monitor;
 pub(crate) mod outcome;
 mod registry;
+mod stats;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +64,8 @@ pub struct WorkerStatus {
     pub telemetry_age_ms: Option<u64>,
     /// `queued + in_flight` in its last snapshot.
     pub reported_queue: Option<u64>,
+    /// The same in tokens, when the worker reports it.
+    pub reported_queue_tokens: Option<u64>,
     /// GPU utilization (percent) in its last snapshot; `None` without a GPU reading.
     pub gpu_pct: Option<f64>,
 }
@@ -136,6 +139,7 @@ impl Pool {
                     rtt_estimate_ms: e.rtt_estimate_s() * 1000.0,
                     telemetry_age_ms: s.as_ref().map(|s| now.saturating_duration_since(s.at).as_millis() as u64),
                     reported_queue: s.as_ref().map(|s| s.reported_queue),
+                    reported_queue_tokens: s.as_ref().and_then(|s| s.reported_queue_tokens),
                     gpu_pct: s.and_then(|s| s.gpu_pct),
                 }
             })

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::endpoint::{Change, Endpoint, Health, IDLE_CONNECTION_TIMEOUT};
 use super::outcome::{self, Call, HealthEffect, Outcome};
+use super::stats::StatsView;
 use crate::ctx::Ctx;
 use crate::upstream::Outgoing;
 
@@ -27,11 +28,36 @@ fn jittered(interval: Duration) -> Duration {
     interval.mul_f64(rand::rng().random_range(0.8..1.2))
 }
 
+/// What has been said in the log about one worker's stats documents, so that a problem is
+/// logged once, not at every poll.
+#[derive(Debug, Default)]
+struct Told {
+    schema_version: Option<u32>,
+    unreadable: bool,
+}
+
+impl Told {
+    /// Whether to warn about a document of another schema `version`: once per version.
+    fn other_schema(&mut self, version: u32) -> bool {
+        let new = self.schema_version != Some(version);
+        self.schema_version = Some(version);
+        new
+    }
+
+    /// Whether to warn about an unreadable document: once, until one is read again.
+    fn unreadable(&mut self, unreadable: bool) -> bool {
+        let new = unreadable && !self.unreadable;
+        self.unreadable = unreadable;
+        new
+    }
+}
+
 async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
     let cfg = &ctx.config;
     let mut backoff = cfg.probe_backoff;
     let mut next_probe = Instant::now();
     let mut downs = ep.downs();
+    let mut told = Told::default();
     loop {
         let now = Instant::now();
         let health = ep.health();
@@ -54,7 +80,7 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
         let (effect, body) = get(&ctx, &ep, Call::Stats, "/v1/stats").await;
         ep.apply(effect, &ctx, &"unreachable");
         if let Some(body) = body {
-            read_stats(&ep, &ctx, &body);
+            read_stats(&ep, &ctx, &body, &mut told);
         }
         ep.upstream.prune(IDLE_CONNECTION_TIMEOUT);
         let ready = ep.is_ready();
@@ -70,14 +96,23 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
 }
 
 /// Keep what a `/v1/stats` document says; take a draining or unready worker out of rotation.
-fn read_stats(ep: &Endpoint, ctx: &Ctx, body: &[u8]) {
-    let stats = match serde_json::from_slice::<wire::WorkerStats>(body) {
+fn read_stats(ep: &Endpoint, ctx: &Ctx, body: &[u8], told: &mut Told) {
+    let stats = match StatsView::parse(body) {
         Ok(s) => s,
         Err(e) => {
-            tracing::debug!(worker = %ep.url, error = %e, "bad /v1/stats document");
+            if told.unreadable(true) {
+                tracing::warn!(pool = %ep.pool, worker = %ep.url, error = %e,
+                    "cannot read the worker's /v1/stats: its telemetry is blind to the gateway");
+            }
             return;
         }
     };
+    told.unreadable(false);
+    if !stats.schema_matches() && told.other_schema(stats.schema_version) {
+        tracing::warn!(pool = %ep.pool, worker = %ep.url, worker_schema = stats.schema_version,
+            gateway_schema = wire::STATS_SCHEMA_VERSION,
+            "the worker's /v1/stats has another schema version; using the fields this gateway knows");
+    }
     ep.store_snapshot(&stats);
     if (stats.draining || !stats.ready)
         && ep.apply(HealthEffect::Draining, ctx, &"stats say draining") == Change::Drained
@@ -110,4 +145,21 @@ async fn get(ctx: &Ctx, ep: &Endpoint, call: Call, path: &'static str) -> (Healt
         _ => {}
     }
     (outcome::classify(call, &o).health, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stats_problem_is_told_once_per_worker_not_per_poll() {
+        let mut told = Told::default();
+        assert!(told.other_schema(2));
+        assert!(!told.other_schema(2), "the same version again: already told");
+        assert!(told.other_schema(3), "another version: told again");
+        assert!(told.unreadable(true));
+        assert!(!told.unreadable(true));
+        assert!(!told.unreadable(false));
+        assert!(told.unreadable(true), "unreadable again after a good document");
+    }
 }

@@ -45,6 +45,9 @@ pub struct FakeState {
     pub reported_queue: AtomicU64,
     /// GPU utilization reported (percent); `u64::MAX` = unavailable.
     pub gpu_pct: AtomicU64,
+    /// `schema_version` of its /v1/stats; other than 1: a document of a future worker (fields
+    /// the gateway does not read removed, new ones added, tokens in the queue).
+    pub schema_version: AtomicU64,
     pub predicts: AtomicU64,
     /// `/predict` requests received, whatever became of them.
     pub arrivals: AtomicU64,
@@ -73,6 +76,7 @@ impl FakeWorker {
             delay_ms: AtomicU64::new(0),
             reported_queue: AtomicU64::new(0),
             gpu_pct: AtomicU64::new(u64::MAX),
+            schema_version: AtomicU64::new(1),
             predicts: AtomicU64::new(0),
             arrivals: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
@@ -156,7 +160,18 @@ async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Resu
             if q == u64::MAX {
                 return Ok(json(StatusCode::NOT_FOUND, serde_json::json!({"error":"no","error_type":"not_found"})));
             }
-            Ok(json(StatusCode::OK, stats(&st.name, q, st.gpu_pct.load(Ordering::SeqCst), mode == Mode::Draining)))
+            let mut doc = stats(&st.name, q, st.gpu_pct.load(Ordering::SeqCst), mode == Mode::Draining);
+            let schema = st.schema_version.load(Ordering::SeqCst);
+            if schema != 1 {
+                let d = doc.as_object_mut().unwrap();
+                d.insert("schema_version".into(), schema.into());
+                d.remove("rates");
+                d.remove("batches");
+                d.insert("scheduler".into(), serde_json::json!({"policy": "fair"}));
+                d["queue"]["queued_tokens"] = (q * 10).into();
+                d["queue"]["in_flight_tokens"] = 5.into();
+            }
+            Ok(json(StatusCode::OK, doc))
         }
         "/predict" => {
             st.arrivals.fetch_add(1, Ordering::SeqCst);
