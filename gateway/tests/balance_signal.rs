@@ -90,7 +90,8 @@ async fn the_signal_follows_queue_and_gpu_in_replica_units() {
     }
     let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
     assert!(text.contains("gateway_pool_signal{pool=\"default\"} 3.5"), "{text}");
-    assert!(text.contains("gateway_worker_gpu_utilization_pct{pool=\"default\""), "{text}");
+    let gpu = format!("gateway_worker_gpu_utilization_ratio{{pool=\"default\",worker=\"{}\"}} 0.35", a.url);
+    assert!(text.contains(&gpu), "{text}");
     assert!(text.contains("gateway_pool_gpu_memory_used_ratio{pool=\"default\"} 1.0"), "{text}");
 }
 

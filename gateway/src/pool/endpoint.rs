@@ -2,6 +2,7 @@
 //! latency estimate and its last telemetry snapshot. Everything the request path reads is an
 //! atomic or a short uncontended lock.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,6 +108,8 @@ pub(crate) struct Endpoint {
     /// fetched once (the hot path).
     ok_requests: Counter,
     ok_latency: Histogram,
+    /// Outcomes it has been counted under, so that those series go when it leaves.
+    outcomes: Mutex<BTreeSet<String>>,
     /// Left the pool: no new series.
     retired: AtomicBool,
     pub(crate) labels: WorkerLabels,
@@ -147,6 +150,7 @@ impl Endpoint {
         Ok(Self {
             ok_requests: metrics.requests.get_or_create_owned(&ok),
             ok_latency: metrics.latency.get_or_create_owned(&ok),
+            outcomes: Mutex::new(BTreeSet::from(["ok".to_owned()])),
             retired: AtomicBool::new(false),
             labels: WorkerLabels { pool: pool.to_owned(), worker: url.clone() },
             pool: pool.to_owned(),
@@ -295,6 +299,9 @@ impl Endpoint {
             self.ok_latency.observe(elapsed_s);
             return;
         }
+        if let Ok(mut seen) = self.outcomes.lock() {
+            seen.insert(outcome.to_owned());
+        }
         let labels = RequestLabels { pool: self.pool.clone(), worker: self.url.clone(), outcome: outcome.to_owned() };
         self.with_series(metrics, |m| {
             m.requests.get_or_create(&labels).inc();
@@ -312,14 +319,15 @@ impl Endpoint {
         }
     }
 
-    /// The worker left its pool: remove its per-worker series.
+    /// The worker left its pool: remove every series that carries its `worker` label.
     pub(crate) fn retire(&self, metrics: &Metrics) {
         self.retired.store(true, Ordering::Release);
         self.forget_series(metrics);
     }
 
     fn forget_series(&self, metrics: &Metrics) {
-        metrics.forget_worker(&self.labels);
+        let outcomes = self.outcomes.lock().map(|s| s.clone()).unwrap_or_default();
+        metrics.forget_worker(&self.labels, outcomes.iter().map(String::as_str));
     }
 
     pub(crate) fn store_snapshot(&self, stats: &StatsView) {
@@ -460,5 +468,23 @@ mod tests {
         tokio::time::advance(Duration::from_secs(30)).await;
         e.observe_rtt(Duration::from_millis(5));
         assert!((e.rtt_estimate_s() - 0.005).abs() < 1e-9, "{}", e.rtt_estimate_s());
+    }
+
+    #[test]
+    fn a_retired_worker_leaves_no_series() {
+        let m = Metrics::default();
+        let registry = m.registry();
+        let e = Endpoint::new("p", "http://10.0.0.9:80", Duration::ZERO, Duration::from_secs(1), 1, Arc::default(), &m)
+            .unwrap();
+        e.count_request(&m, "ok", 0.01);
+        e.count_request(&m, "timeout", 0.01);
+        e.count_request(&m, "status_418", 0.01);
+        m.worker_ready.get_or_create(&e.labels).set(1);
+        m.ejections.get_or_create(&e.labels).inc();
+        assert!(crate::metrics::render(&registry).contains("10.0.0.9"));
+        e.retire(&m);
+        e.count_request(&m, "upstream", 0.01);
+        let text = crate::metrics::render(&registry);
+        assert!(!text.contains("10.0.0.9"), "{text}");
     }
 }

@@ -66,8 +66,8 @@ pub struct WorkerStatus {
     pub reported_queue: Option<u64>,
     /// The same in tokens, when the worker reports it.
     pub reported_queue_tokens: Option<u64>,
-    /// GPU utilization (percent) in its last snapshot; `None` without a GPU reading.
-    pub gpu_pct: Option<f64>,
+    /// GPU utilization (0..1) in its last snapshot; `None` without a GPU reading.
+    pub gpu_utilization_ratio: Option<f64>,
 }
 
 /// One named pool: its workers, their monitors, its backlog and its signal.
@@ -140,7 +140,7 @@ impl Pool {
                     telemetry_age_ms: s.as_ref().map(|s| now.saturating_duration_since(s.at).as_millis() as u64),
                     reported_queue: s.as_ref().map(|s| s.reported_queue),
                     reported_queue_tokens: s.as_ref().and_then(|s| s.reported_queue_tokens),
-                    gpu_pct: s.and_then(|s| s.gpu_pct),
+                    gpu_utilization_ratio: s.and_then(|s| s.gpu_pct).map(|p| p / 100.0),
                 }
             })
             .collect()

@@ -125,7 +125,7 @@ fn worker_gauges(
         m.worker_queue.get_or_create(l).set(f.queue);
         match f.gpu_pct {
             Some(g) => {
-                m.worker_gpu.get_or_create(l).set(g);
+                m.worker_gpu.get_or_create(l).set(g / 100.0);
             }
             None => {
                 m.worker_gpu.remove(l);
