@@ -76,19 +76,20 @@ via_gateway() { # concurrencies
   start_worker gw-worker --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
     --queue-capacity 8192
   local waddr=$addr wp=$wpid
-  start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 --worker "$waddr" --stats-interval 250ms
+  start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$waddr" --stats-interval 250ms
   local gaddr=$started_url gp=$started_pid
+  local gadmin; gadmin=$(sed -n 's/^admin listening on //p' "$out/gateway.stdout")
   echo "== gateway $gaddr -> worker $waddr (cuda:0)"
   IFS=, read -ra cs <<<"$1"
   for c in "${cs[@]}"; do
-    (sleep 6; printf '{"concurrency":%s,"signal":%s}\n' "$c" "$(curl -s "$gaddr/v1/signal")" >>"$out/signals.jsonl") &
+    (sleep 6; printf '{"concurrency":%s,"signal":%s}\n' "$c" "$(curl -s "$gadmin/v1/signal")" >>"$out/signals.jsonl") &
     local sampler=$!
     "$app/loadtest" --url "$gaddr" --concurrency "$c" --duration-s "$dur" --warmup-s 2 --json | tee -a "$out/gateway.jsonl"
     wait $sampler
     tail -n 1 "$out/signals.jsonl"
   done
-  curl -s "$gaddr/v1/pools" >"$out/pools.json"
-  curl -s "$gaddr/metrics" | grep -E '^gateway_(pool_signal|worker_gpu|worker_queue|worker_pressure)' | head -20
+  curl -s "$gadmin/v1/pools" >"$out/pools.json"
+  curl -s "$gadmin/metrics" | grep -E '^gateway_(pool_signal|worker_gpu|worker_queue|worker_pressure)' | head -20
   kill -TERM $gp $wp; wait $gp $wp 2>/dev/null || true
 }
 

@@ -14,13 +14,15 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "gateway", version, about)]
 pub struct Config {
-    /// Address to serve clients on (`/predict`, `/pools/{pool}/predict`, `/v1/signal`).
+    /// Address to serve clients on: `/predict`, `/pools/{pool}/predict`, `/healthz`, `/readyz`.
     #[arg(long, env = "GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// Separate address for `/metrics`; when unset, `/metrics` is served on `--listen`.
-    #[arg(long, env = "GATEWAY_METRICS_LISTEN")]
-    pub metrics_listen: Option<SocketAddr>,
+    /// Address to serve operators on: `/metrics`, `/v1/pools`, `/v1/signal`,
+    /// `/pools/{pool}/signal`, `/healthz`, `/readyz`. Loopback by default: it shows worker
+    /// addresses and the signal, which are not the clients' business.
+    #[arg(long, env = "GATEWAY_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    pub admin_listen: SocketAddr,
 
     /// Name of the pool `/predict` goes to.
     #[arg(long, env = "GATEWAY_DEFAULT_POOL", default_value = "default")]
@@ -162,7 +164,7 @@ impl Config {
     /// A configuration with every default and no workers, for tests.
     pub fn for_tests() -> Self {
         use clap::Parser;
-        Self::parse_from(["gateway", "--listen", "127.0.0.1:0"])
+        Self::parse_from(["gateway", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
     }
 }
 

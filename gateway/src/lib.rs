@@ -61,13 +61,10 @@ impl Gateway {
         http::serve_client(listener, self.state.clone(), shutdown).await
     }
 
-    /// Serve `/metrics` alone on `listener` (`--metrics-listen`) until `shutdown` resolves.
-    pub async fn serve_metrics(
-        &self,
-        listener: TcpListener,
-        shutdown: impl Future<Output = ()>,
-    ) -> std::io::Result<()> {
-        http::serve_metrics(listener, self.state.clone(), shutdown).await
+    /// Serve operators (`/metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal`, health)
+    /// on `listener` until `shutdown` resolves.
+    pub async fn serve_admin(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        http::serve_admin(listener, self.state.clone(), shutdown).await
     }
 }
 
@@ -129,19 +126,20 @@ async fn bind(addr: std::net::SocketAddr, what: &str) -> Result<TcpListener, Sta
 /// Every listener is bound before the client listener's `listening on` line is printed, so that
 /// whoever waits for that line finds the others' lines already there.
 pub async fn run(config: Config) -> Result<(), StartError> {
-    let listen = config.listen;
-    let metrics_listen = config.metrics_listen;
+    let (listen, admin_listen) = (config.listen, config.admin_listen);
     let gateway = build(config).await?;
 
-    if let Some(addr) = metrics_listen {
-        let listener = bind(addr, "metrics listening on").await?;
-        let g = gateway.clone();
-        tokio::spawn(async move {
-            if let Err(e) = g.serve_metrics(listener, std::future::pending()).await {
-                tracing::error!(error = %e, "metrics listener failed");
-            }
-        });
-    }
+    // Operators: until the process ends (a scrape during the drain still answers).
+    let admin = bind(admin_listen, "admin listening on").await?;
+    let g = gateway.clone();
+    tokio::spawn(async move {
+        if let Err(e) = g.serve_admin(admin, std::future::pending()).await {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    });
+    // Another listener (e.g. the external metrics API) binds, prints its line and is spawned
+    // here, like the admin one, before the client listener's line below.
+
     let client = bind(listen, "listening on").await?;
     gateway.serve(client, shutdown()).await?;
     tracing::info!("gateway stopped");

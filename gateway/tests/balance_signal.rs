@@ -72,7 +72,7 @@ async fn the_signal_follows_queue_and_gpu_in_replica_units() {
     b.state.gpu_pct.store(105, Ordering::SeqCst); // 1.5 by GPU
     let gw = TestGateway::start(config(&[&a, &b])).await;
     let c = client();
-    let url = format!("{}/v1/signal", gw.url);
+    let url = format!("{}/v1/signal", gw.admin);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let s = signal_of(&get(&c, &url).await.body, "default");
@@ -88,7 +88,7 @@ async fn the_signal_follows_queue_and_gpu_in_replica_units() {
         assert!(tokio::time::Instant::now() < deadline, "signal never reached 3.5: {s}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(text.contains("gateway_pool_signal{pool=\"default\"} 3.5"), "{text}");
     let gpu = format!("gateway_worker_gpu_utilization_ratio{{pool=\"default\",worker=\"{}\"}} 0.35", a.url);
     assert!(text.contains(&gpu), "{text}");
@@ -110,7 +110,7 @@ async fn cpu_workers_have_no_gpu_memory_reading_and_pools_take_the_configured_na
     let s = rx.borrow().clone();
     assert_eq!(s.namespace, "ml");
     assert_eq!(s.gpu_memory_used_ratio, None, "no reading is not a zero: {s:?}");
-    let text = get(&client(), &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(!text.contains("gateway_pool_gpu_memory_used_ratio{"), "{text}");
 }
 
@@ -124,7 +124,7 @@ async fn without_telemetry_routing_works_and_the_signal_is_fail_static() {
     assert_eq!(post(&c, &format!("{}/predict", gw.url), "{}").await.status, StatusCode::OK);
     let mut rx = gw.pool("default").signal();
     wait_for(|| rx.borrow_and_update().components.workers == 1, "first signal with the worker").await;
-    let s = get(&c, &format!("{}/pools/default/signal", gw.url)).await.body;
+    let s = get(&c, &format!("{}/pools/default/signal", gw.admin)).await.body;
     assert!(s["signal"].as_f64().unwrap() >= 1.0, "a blind worker counts as a replica: {s}");
     assert_eq!(s["stale"], true);
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{FakeWorker, Mode, TestGateway, client, config, get, post, wait_for};
+use common::{FakeWorker, Mode, TestGateway, client, config, post, wait_for};
 use http::StatusCode;
 
 /// A worker file in the temp directory, removed on drop.
@@ -120,9 +120,8 @@ async fn a_worker_that_leaves_takes_every_series_with_its_label() {
     while leaves.arrivals() == leaves.predicts() {
         post(&http, &format!("{}/predict", gw.url), "{}").await;
     }
-    let metrics = || async { get(&http, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned() };
     let label = format!("worker=\"{}\"", leaves.url);
-    let text = metrics().await;
+    let text = gw.metrics().await;
     for family in ["gateway_requests_total", "gateway_request_duration_seconds_bucket", "gateway_worker_ready"] {
         assert!(text.lines().any(|l| l.starts_with(family) && l.contains(&label)), "{family}: {text}");
     }
@@ -135,7 +134,7 @@ async fn a_worker_that_leaves_takes_every_series_with_its_label() {
     let mut rx = gw.pool("default").signal();
     wait_for(|| rx.borrow_and_update().components.workers == 1, "a signal without the worker").await;
     tokio::time::timeout(Duration::from_secs(10), rx.changed()).await.unwrap().unwrap();
-    let text = metrics().await;
+    let text = gw.metrics().await;
     assert!(!text.contains(&label), "series of the departed worker: {text}");
     assert!(text.contains(&format!("worker=\"{}\"", stays.url)), "{text}");
 }

@@ -183,7 +183,7 @@ async fn dropped_connections_are_retried_on_another_worker() {
         assert_eq!(r.status, StatusCode::OK, "every request survives by its one retry");
         assert_eq!(r.body["intent"], "good");
     }
-    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(text.contains("gateway_retries_total{pool=\"default\",reason=\"dropped\"}"), "{text}");
 }
 
@@ -207,7 +207,7 @@ async fn consecutive_failures_eject_and_reprobing_restores() {
     assert_eq!(p.workers()[0].health, Health::Ejected);
     let r = post(&c, &format!("{}/predict", gw.url), "{}").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "ejected: no ready worker");
-    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(text.contains("gateway_ejections_total{pool=\"default\""), "{text}");
 }
 
@@ -278,6 +278,31 @@ async fn the_deadline_answers_504_and_is_not_retried() {
     assert_eq!(r.body["error_type"], "timeout");
     assert!(started.elapsed() < Duration::from_secs(10), "answered at the deadline, not the worker's pace");
     assert_eq!(a.arrivals() + b.arrivals(), 1, "a request a worker started is not sent again");
-    let text = get(&client(), &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(text.contains("outcome=\"timeout\""), "{text}");
+}
+
+#[tokio::test]
+async fn operator_routes_are_on_the_admin_port_only_and_predict_on_the_client_port_only() {
+    let w = FakeWorker::start("w1").await;
+    let gw = TestGateway::start(config(&[&w])).await;
+    gw.wait_ready("default", 1).await;
+    let c = client();
+    for path in ["/metrics", "/v1/pools", "/v1/signal", "/pools/default/signal"] {
+        let a = get(&c, &format!("{}{path}", gw.url)).await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "client port {path}: {}", a.body);
+        assert_eq!(a.body["error_type"], "not_found");
+        assert_eq!(get(&c, &format!("{}{path}", gw.admin)).await.status, StatusCode::OK, "admin port {path}");
+    }
+    for path in ["/predict?query=hi", "/pools/default/predict?query=hi"] {
+        assert_eq!(get(&c, &format!("{}{path}", gw.url)).await.status, StatusCode::OK, "client port {path}");
+        let a = get(&c, &format!("{}{path}", gw.admin)).await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "admin port {path}: {}", a.body);
+    }
+    for base in [&gw.url, &gw.admin] {
+        assert_eq!(get(&c, &format!("{base}/healthz")).await.status, StatusCode::OK);
+        assert_eq!(get(&c, &format!("{base}/readyz")).await.status, StatusCode::OK);
+    }
+    let pools = get(&c, &format!("{}/v1/pools", gw.admin)).await.body;
+    assert_eq!(pools[0]["workers"][0]["url"], w.url.as_str(), "{pools}");
 }

@@ -1,5 +1,6 @@
-//! What operators and the autoscaler read: `/metrics`, `/v1/pools`, `/v1/signal`,
-//! `/pools/{pool}/signal`.
+//! The admin port: what operators and the autoscaler read (`/metrics`, `/v1/pools`,
+//! `/v1/signal`, `/pools/{pool}/signal`) and the health routes. Worker addresses and the signal
+//! are not the clients' business: this port is loopback by default (`--admin-listen`).
 
 use std::future::Future;
 
@@ -13,33 +14,33 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use super::{AppState, listener, method_not_allowed, not_found};
+use super::{AppState, healthz, listener, method_not_allowed, not_found, readyz};
 use crate::error::RequestError;
 use crate::metrics;
 use crate::pool::{Pool, WorkerStatus};
 use crate::signal::PoolSignal;
 
-/// The operator routes (served on the client port for now); `/metrics` unless it has its own
-/// listener.
-pub(super) fn routes(with_metrics: bool) -> Router<AppState> {
-    let router = Router::new()
+/// The admin port's router.
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_handler))
         .route("/v1/pools", get(pools_view))
         .route("/v1/signal", get(signals))
-        .route("/pools/{pool}/signal", get(pool_signal));
-    if with_metrics { router.route("/metrics", get(metrics_handler)) } else { router }
+        .route("/pools/{pool}/signal", get(pool_signal))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
 }
 
-/// Serve `/metrics` alone on `listener` (`--metrics-listen`) until `shutdown` resolves.
-pub(crate) async fn serve_metrics(
+/// Serve operators on `listener` until `shutdown` resolves.
+pub(crate) async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let router = Router::new()
-        .route("/metrics", get(metrics_handler))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state);
+    let router = router(state);
     let handler = move |req: http::Request<hyper::body::Incoming>| {
         let router = router.clone();
         async move {

@@ -1,4 +1,5 @@
-//! The client port: every predict route to the predict entry, the other routes through a router.
+//! The client port: every predict route to the predict entry, the other routes (`/healthz`,
+//! `/readyz`; anything else is 404) through a router.
 
 use std::future::Future;
 
@@ -11,14 +12,13 @@ use tokio::net::TcpListener;
 use tower::ServiceExt;
 
 use super::predict::{self, Route};
-use super::{AppState, admin, healthz, listener, method_not_allowed, not_found, readyz};
+use super::{AppState, healthz, listener, method_not_allowed, not_found, readyz};
 
 /// The client port's routes other than the predict routes.
 fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .merge(admin::routes(state.pools.ctx().config.metrics_listen.is_none()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -1,10 +1,15 @@
-//! The gateway's HTTP surface: the client listener and, with `--metrics-listen`, a separate
-//! listener for `/metrics`.
+//! The gateway's HTTP surface: two listeners, one for clients and one for operators.
 //!
-//! The client port's service sends every predict route (`/predict`, `/pools/{pool}/predict`) to
-//! the one predict entry ([`predict::handle`]: admission, the forward) and everything else to a
-//! router ([`client`]: health, the operator routes of [`admin`]). Both listeners are served by
-//! the same accept loop ([`listener`]).
+//! | Route | client port (`--listen`) | admin port (`--admin-listen`) |
+//! |---|---|---|
+//! | `GET`/`POST /predict`, `/pools/{pool}/predict` | [`predict::handle`], the one entry | – |
+//! | `GET /healthz`, `GET /readyz` | yes | yes |
+//! | `GET /metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal` | – | yes |
+//! | anything else | 404 `not_found` (405 for a wrong method) | the same |
+//!
+//! The client port's service sends every predict route to the predict entry (admission,
+//! request identity, the forward) and everything else to a small router ([`client`]); the admin
+//! port is an axum router ([`admin`]). Both are served by the same accept loop ([`listener`]).
 
 mod admin;
 mod admission;
@@ -19,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use prometheus_client::registry::Registry;
 
-pub(crate) use admin::serve_metrics;
+pub(crate) use admin::serve as serve_admin;
 pub(crate) use client::serve as serve_client;
 
 use crate::error::RequestError;

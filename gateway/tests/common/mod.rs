@@ -243,17 +243,22 @@ pub fn config(workers: &[&FakeWorker]) -> gateway::Config {
     c
 }
 
-/// A gateway served in-process on 127.0.0.1:0, by the same listener as the binary
-/// (`Gateway::serve`).
+/// A gateway served in-process on 127.0.0.1:0 (clients) and 127.0.0.1:0 (operators), by the
+/// same listeners as the binary (`Gateway::serve`, `Gateway::serve_admin`).
 pub struct TestGateway {
+    /// The client port.
     pub url: String,
+    /// The admin port (`/metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal`).
+    pub admin: String,
     pub gw: gateway::Gateway,
-    server: JoinHandle<()>,
+    servers: [JoinHandle<()>; 2],
 }
 
 impl Drop for TestGateway {
     fn drop(&mut self) {
-        self.server.abort();
+        for s in &self.servers {
+            s.abort();
+        }
     }
 }
 
@@ -270,11 +275,22 @@ impl TestGateway {
     async fn serve(gw: gateway::Gateway) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
+        let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = format!("http://{}", admin_listener.local_addr().unwrap());
         let g = gw.clone();
-        let server = tokio::spawn(async move {
+        let client = tokio::spawn(async move {
             let _ = g.serve(listener, std::future::pending()).await;
         });
-        Self { url, gw, server }
+        let g = gw.clone();
+        let operators = tokio::spawn(async move {
+            let _ = g.serve_admin(admin_listener, std::future::pending()).await;
+        });
+        Self { url, admin, gw, servers: [client, operators] }
+    }
+
+    /// `/metrics` of the admin port.
+    pub async fn metrics(&self) -> String {
+        get(&client(), &format!("{}/metrics", self.admin)).await.body.as_str().unwrap_or_default().to_owned()
     }
 
     pub fn pool(&self, name: &str) -> Arc<gateway::Pool> {
