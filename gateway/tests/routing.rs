@@ -306,3 +306,29 @@ async fn operator_routes_are_on_the_admin_port_only_and_predict_on_the_client_po
     let pools = get(&c, &format!("{}/v1/pools", gw.admin)).await.body;
     assert_eq!(pools[0]["workers"][0]["url"], w.url.as_str(), "{pools}");
 }
+
+#[tokio::test]
+async fn request_ids_and_traceparent_travel_to_the_worker_and_the_id_back_to_the_client() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let w = FakeWorker::start("w1").await;
+    let gw = TestGateway::start(config(&[&w])).await;
+    gw.wait_ready("default", 1).await;
+    let c = client();
+    let url = format!("{}/pools/default/predict", gw.url);
+    let a = common::send_with(&c, "POST", &url, Some("{}"), &[("x-request-id", "client-7"), ("traceparent", TP)]).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.headers["x-request-id"], "client-7");
+    // None given: the gateway makes one, sends it on and gives it back; errors carry it too.
+    let a = post(&c, &format!("{}/predict", gw.url), "{}").await;
+    let made = a.headers["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(made.len(), 32, "{made}");
+    let a = post(&c, &format!("{}/pools/ghost/predict", gw.url), "{}").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert!(a.headers.contains_key("x-request-id"));
+    let seen = w.state.ids.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [(Some("client-7".to_owned()), Some(TP.to_owned())), (Some(made), None)],
+        "what the worker received"
+    );
+}

@@ -16,6 +16,7 @@ mod admission;
 mod client;
 mod listener;
 mod predict;
+mod trace;
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! The one way into a prediction. Every predict route of the client port (`/predict` for the
 //! default pool, `/pools/{pool}/predict`) comes to [`handle`], and only there is a request
-//! admitted, buffered and forwarded. Per-request policy for predictions belongs in
+//! admitted, identified, buffered and forwarded. Per-request policy for predictions belongs in
 //! [`handle`], not in a router layer: the client port's router serves only its other routes.
 
 use axum::body::Body;
@@ -9,8 +9,10 @@ use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Body as HttpBody;
+use tracing::Instrument;
 
 use super::AppState;
+use super::trace::{Ids, X_REQUEST_ID};
 use crate::error::RequestError;
 use crate::routing::{self, Incoming};
 use crate::upstream::Answer;
@@ -36,8 +38,8 @@ pub(super) fn route(path: &str) -> Option<Route> {
     Some(Route::Pool(percent_encoding::percent_decode_str(pool).decode_utf8_lossy().into_owned()))
 }
 
-/// Serve one request to a predict route of pool `pool`: admission, the body (bounded), the
-/// forward to a worker with its retry budget.
+/// Serve one request to a predict route of pool `pool`: admission, request identity, the body
+/// (bounded), the forward to a worker with its retry budget, and the answer with the request id.
 pub(super) async fn handle<B>(state: &AppState, pool: &str, req: http::Request<B>) -> Response
 where
     B: HttpBody<Data = bytes::Bytes>,
@@ -47,6 +49,18 @@ where
     if !matches!(*req.method(), Method::GET | Method::POST | Method::HEAD) {
         return RequestError::MethodNotAllowed(req.method().to_string()).into_response();
     }
+    let ids = Ids::from_headers(req.headers());
+    let span = ids.span(pool);
+    let mut resp = admitted(state, pool, req, &ids).instrument(span).await;
+    resp.headers_mut().insert(&X_REQUEST_ID, ids.request_id);
+    resp
+}
+
+async fn admitted<B>(state: &AppState, pool: &str, req: http::Request<B>, ids: &Ids) -> Response
+where
+    B: HttpBody<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let _admitted = match state.admission.admit() {
         Ok(a) => a,
         Err(e) => return e.into_response(),
@@ -54,7 +68,8 @@ where
     let Some(pool) = state.pools.get(pool) else {
         return RequestError::UnknownPool(pool.to_owned()).into_response();
     };
-    let inc = match incoming(req, state.pools.ctx().config.max_body_bytes, &[]).await {
+    let (headers, n) = ids.headers();
+    let inc = match incoming(req, state.pools.ctx().config.max_body_bytes, &headers[..n]).await {
         Ok(inc) => inc,
         Err(e) => return e.into_response(),
     };

@@ -53,6 +53,8 @@ pub struct FakeState {
     pub arrivals: AtomicU64,
     /// `/predict` requests refused (draining or overloaded).
     pub refusals: AtomicU64,
+    /// `x-request-id` and `traceparent` of every `/predict` request received.
+    pub ids: std::sync::Mutex<Vec<(Option<String>, Option<String>)>>,
 }
 
 impl FakeState {
@@ -80,6 +82,7 @@ impl FakeWorker {
             predicts: AtomicU64::new(0),
             arrivals: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
+            ids: std::sync::Mutex::default(),
         });
         let st = Arc::clone(&state);
         // Connections live in a JoinSet owned by the accept task: aborting it closes every
@@ -175,6 +178,8 @@ async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Resu
         }
         "/predict" => {
             st.arrivals.fetch_add(1, Ordering::SeqCst);
+            let header = |name: &str| req.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
+            st.ids.lock().unwrap().push((header("x-request-id"), header("traceparent")));
             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let delay = st.delay_ms.load(Ordering::SeqCst);
             if delay > 0 {
@@ -327,12 +332,22 @@ pub struct Answer {
 }
 
 pub async fn send(c: &TestClient, method: &str, url: &str, body: Option<&str>) -> Answer {
-    let req = Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.unwrap_or("").to_owned())))
-        .unwrap();
+    send_with(c, method, url, body, &[]).await
+}
+
+/// `send` with extra request headers.
+pub async fn send_with(
+    c: &TestClient,
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Answer {
+    let mut req = Request::builder().method(method).uri(url).header("content-type", "application/json");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req.body(Full::new(Bytes::from(body.unwrap_or("").to_owned()))).unwrap();
     let resp = c.request(req).await.expect("gateway answers");
     let status = resp.status();
     let headers = resp.headers().clone();
