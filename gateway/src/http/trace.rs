@@ -29,23 +29,35 @@ pub(crate) struct Ids {
 impl Ids {
     /// The identity of a request with these headers.
     pub(crate) fn from_headers(headers: &HeaderMap) -> Self {
-        let request_id = headers.get(&X_REQUEST_ID).filter(|v| usable_request_id(v)).cloned().unwrap_or_else(generate);
-        let traceparent = headers.get(&TRACEPARENT).filter(|v| well_formed_traceparent(v.as_bytes())).cloned();
-        Self { request_id, traceparent }
+        // One pass over the few headers of a request instead of two hashed look-ups (this runs
+        // for every request); the first of each name counts, as `HeaderMap::get` has it.
+        let (mut request_id, mut traceparent) = (None, None);
+        for (name, value) in headers {
+            if request_id.is_none() && *name == X_REQUEST_ID {
+                request_id = Some(value);
+            } else if traceparent.is_none() && *name == TRACEPARENT {
+                traceparent = Some(value);
+            }
+        }
+        Self {
+            request_id: request_id.filter(|v| usable_request_id(v)).cloned().unwrap_or_else(generate),
+            traceparent: traceparent.filter(|v| well_formed_traceparent(v.as_bytes())).cloned(),
+        }
     }
 
     /// The `request` span for the log: both ids, and the pool.
     pub(crate) fn span(&self, pool: &str) -> tracing::Span {
+        use tracing::field::{Empty, display};
+        let span = tracing::info_span!("request", request_id = Empty, traceparent = Empty, pool = %pool);
+        if span.is_disabled() {
+            return span;
+        }
         // Both values are visible ASCII (checked above), so `to_str` cannot fail.
-        let request_id = self.request_id.to_str().unwrap_or_default();
-        let span = tracing::info_span!(
-            "request",
-            request_id = %request_id,
-            traceparent = tracing::field::Empty,
-            pool = %pool
-        );
+        if let Ok(id) = self.request_id.to_str() {
+            span.record("request_id", display(id));
+        }
         if let Some(tp) = self.traceparent.as_ref().and_then(|v| v.to_str().ok()) {
-            span.record("traceparent", tracing::field::display(tp));
+            span.record("traceparent", display(tp));
         }
         span
     }
@@ -86,8 +98,9 @@ fn generate() -> HeaderValue {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let n: u128 = rand::rng().random();
     let mut out = [0u8; 32];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = HEX[((n >> (124 - 4 * i)) & 0xf) as usize];
+    for (pair, byte) in out.chunks_exact_mut(2).zip(n.to_be_bytes()) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0xf)];
     }
     // Hex digits are always a valid header value.
     HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static("0"))
@@ -120,7 +133,8 @@ mod tests {
             assert_eq!(id.len(), 32, "{id:?}");
             assert!(id.as_bytes().iter().all(u8::is_ascii_hexdigit), "{id:?}");
         }
-        assert_ne!(generate(), generate());
+        let ids: std::collections::BTreeSet<_> = (0..1000).map(|_| generate()).collect();
+        assert_eq!(ids.len(), 1000, "every id is new");
         assert!(!usable_request_id(&HeaderValue::from_static("has space")));
     }
 

@@ -2,6 +2,7 @@
 //! the outcome (`pool::outcome`), and retry on another worker while the budget allows (`retry`);
 //! every request is counted in `gateway_requests_total` and its latency observed.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -86,17 +87,17 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
     };
 
     let elapsed = start.elapsed().as_secs_f64();
-    let outcome = match &result {
-        Ok((a, _)) if a.status.is_success() => "ok".to_owned(),
-        Ok((a, error_type)) => {
-            error_type.map_or_else(|| format!("status_{}", a.status.as_u16()), |t| t.as_str().to_owned())
-        }
-        Err(e) => e.error_type().as_str().to_owned(),
+    let outcome: Cow<'static, str> = match &result {
+        Ok((a, _)) if a.status.is_success() => Cow::Borrowed("ok"),
+        Ok((a, error_type)) => error_type
+            .map_or_else(|| Cow::Owned(format!("status_{}", a.status.as_u16())), |t| Cow::Borrowed(t.as_str())),
+        Err(e) => Cow::Borrowed(e.error_type().as_str()),
     };
     match &worker {
         Some(w) => w.count_request(&ctx.metrics, &outcome, elapsed),
         None => {
-            let labels = RequestLabels { pool: pool.name.clone(), worker: "none".to_owned(), outcome };
+            let labels =
+                RequestLabels { pool: pool.name.clone(), worker: "none".to_owned(), outcome: outcome.into_owned() };
             ctx.metrics.requests.get_or_create(&labels).inc();
             ctx.metrics.latency.get_or_create(&labels).observe(elapsed);
         }
