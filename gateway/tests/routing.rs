@@ -332,3 +332,41 @@ async fn request_ids_and_traceparent_travel_to_the_worker_and_the_id_back_to_the
         "what the worker received"
     );
 }
+
+/// A `MakeWriter` into a shared buffer, for the log.
+#[derive(Clone, Default)]
+struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// One thread: the gateway's tasks run where the test's log subscriber is the default.
+#[tokio::test(flavor = "current_thread")]
+async fn the_log_lines_of_a_failing_request_carry_its_ids() {
+    let log = Log::default();
+    let sink = log.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let bad = FakeWorker::start("bad").await;
+    let mut cfg = config(&[&bad]);
+    cfg.eject_after = 1;
+    cfg.no_worker_wait = Duration::from_millis(20);
+    let gw = TestGateway::start(cfg).await;
+    gw.wait_ready("default", 1).await;
+    bad.set_mode(Mode::Drop);
+    let url = format!("{}/predict", gw.url);
+    let a = common::send_with(&client(), "POST", &url, Some("{}"), &[("x-request-id", "fail-1")]).await;
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    for what in ["worker ejected", "request failed"] {
+        let line = text.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("no {what:?} line: {text}"));
+        assert!(line.contains("request_id=fail-1"), "{line}");
+    }
+}

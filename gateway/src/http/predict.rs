@@ -9,7 +9,6 @@ use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Body as HttpBody;
-use tracing::Instrument;
 
 use super::AppState;
 use super::trace::{Ids, X_REQUEST_ID};
@@ -50,38 +49,35 @@ where
         return RequestError::MethodNotAllowed(req.method().to_string()).into_response();
     }
     let ids = Ids::from_headers(req.headers());
-    let span = ids.span(pool);
-    // A span the log filter leaves out costs nothing: no `Instrumented` wrapper around it.
-    let mut resp = if span.is_disabled() {
-        admitted(state, pool, req, &ids).await
-    } else {
-        admitted(state, pool, req, &ids).instrument(span).await
+    let mut resp = match admitted(state, pool, req, &ids).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            // Its log line ("request failed") carries the request's ids.
+            let _span = ids.span(pool).entered();
+            e.into_response()
+        }
     };
     resp.headers_mut().insert(&X_REQUEST_ID, ids.request_id);
     resp
 }
 
-async fn admitted<B>(state: &AppState, pool: &str, req: http::Request<B>, ids: &Ids) -> Response
+async fn admitted<B>(state: &AppState, pool: &str, req: http::Request<B>, ids: &Ids) -> Result<Response, RequestError>
 where
     B: HttpBody<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let _admitted = match state.admission.admit() {
-        Ok(a) => a,
-        Err(e) => return e.into_response(),
-    };
+    let _admitted = state.admission.admit()?;
+    let pool_name = pool;
     let Some(pool) = state.pools.get(pool) else {
-        return RequestError::UnknownPool(pool.to_owned()).into_response();
+        return Err(RequestError::UnknownPool(pool.to_owned()));
     };
     let (headers, n) = ids.headers();
-    let inc = match incoming(req, state.pools.ctx().config.max_body_bytes, &headers[..n]).await {
-        Ok(inc) => inc,
-        Err(e) => return e.into_response(),
-    };
-    match routing::forward(&pool, &inc).await {
-        Ok(answer) => response(answer),
-        Err(e) => e.into_response(),
-    }
+    // The request's log span, made only when something is logged about the request (a retry,
+    // an ejection, a draining worker, an error): on the success path nothing is, and a span per
+    // request costs as much as the rest of the gateway's work for it when the log takes it.
+    let span = || ids.span(pool_name);
+    let inc = incoming(req, state.pools.ctx().config.max_body_bytes, &headers[..n], &span).await?;
+    routing::forward(&pool, &inc).await.map(response)
 }
 
 /// Buffer the client's request (bounded), keeping what the worker needs.
@@ -89,6 +85,7 @@ async fn incoming<'a, B>(
     req: http::Request<B>,
     max_body: usize,
     headers: &'a [(&'static str, &'a HeaderValue)],
+    span: &'a (dyn Fn() -> tracing::Span + Sync),
 ) -> Result<Incoming<'a>, RequestError>
 where
     B: HttpBody<Data = bytes::Bytes>,
@@ -117,6 +114,7 @@ where
         path_and_query,
         content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
         headers,
+        span,
         body,
     })
 }

@@ -15,7 +15,7 @@ use super::balance;
 use super::retry::Budget;
 use crate::error::RequestError;
 use crate::metrics::{RequestLabels, RetryLabels};
-use crate::pool::outcome::{self, Call, Outcome, Verdict};
+use crate::pool::outcome::{self, Call, HealthEffect, Outcome, Verdict};
 use crate::pool::{Change, Endpoint, Pool};
 use crate::upstream::{Answer, Outgoing};
 
@@ -23,7 +23,6 @@ use crate::upstream::{Answer, Outgoing};
 const MAX_RESPONSE_BYTES: usize = 8 << 20;
 
 /// A client request, buffered so that it can be sent twice.
-#[derive(Debug, Clone)]
 pub(crate) struct Incoming<'a> {
     pub(crate) method: Method,
     /// Path and query sent to the worker, e.g. `/predict?query=hi`.
@@ -31,6 +30,8 @@ pub(crate) struct Incoming<'a> {
     pub(crate) content_type: Option<HeaderValue>,
     /// Passed to the worker as they are (`x-request-id`, `traceparent`).
     pub(crate) headers: &'a [(&'static str, &'a HeaderValue)],
+    /// Makes the request's log span (its ids), to enter where something is logged about it.
+    pub(crate) span: &'a (dyn Fn() -> tracing::Span + Sync),
     pub(crate) body: Bytes,
 }
 
@@ -71,7 +72,10 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
                 .retries
                 .get_or_create(&RetryLabels { pool: pool.name.clone(), reason: reason.as_str().to_owned() })
                 .inc();
-            tracing::debug!(pool = %pool.name, from = %first.url, to = %ep.url, reason = reason.as_str(), "retrying");
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let _span = (req.span)().entered();
+                tracing::debug!(pool = %pool.name, from = %first.url, to = %ep.url, reason = reason.as_str(), "retrying");
+            }
         }
         match attempt(pool, &ep, req, budget.attempt_deadline()).await {
             Attempt::Answer(a, error_type) => break (Some(ep), Ok((a, error_type))),
@@ -135,9 +139,13 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
         Outcome::TimedOut => &"timeout",
         Outcome::Answered { .. } => &"server error",
     };
+    // What may be logged (an ejection, a draining worker) is logged in the request's span.
+    let span =
+        matches!(classified.health, HealthEffect::Failure | HealthEffect::Draining).then(|| (req.span)().entered());
     if ep.apply(classified.health, ctx, why) == Change::Drained {
         tracing::info!(pool = %ep.pool, worker = %ep.url, "worker draining");
     }
+    drop(span);
     match (classified.verdict, result) {
         (Verdict::Answer, Ok(Ok(a))) => Attempt::Answer(a, error_type),
         (Verdict::Retry(reason), Ok(Err(e))) => {
