@@ -7,8 +7,9 @@
 //!   (`00-<32 hex>-<16 hex>-<2 hex>`); dropped otherwise, as the specification asks of a
 //!   participant that cannot parse it.
 //!
-//! Both are recorded on the request's `request` log span, so every line the gateway logs while
-//! serving the request carries them.
+//! Both are recorded on the request's `request` log span, so every line the gateway logs about
+//! the request carries them. The span is made where such a line is logged (`Ids::span`, called
+//! by the predict entry and the proxy on their failure paths), not for every request.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use rand::Rng;
