@@ -45,7 +45,8 @@ trap cleanup EXIT
 . scripts/lib/start.sh
 start_listening "$out/upstream" taskset -c "$LOAD_CORE" "$bin/examples/trivial_upstream" 127.0.0.1:0
 upstream=${started_url#http://}
-start_listening "$out/gateway" taskset -c "$PROXY_CORE" "$GATEWAY_BIN" --listen 127.0.0.1:0 --worker "http://$upstream" --log warn
+# The admin port by env, not flag: a GATEWAY_BIN from before --admin-listen ignores it.
+GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway" taskset -c "$PROXY_CORE" "$GATEWAY_BIN" --listen 127.0.0.1:0 --worker "http://$upstream" --log warn
 gateway=${started_url#http://}
 gateway_pid=$started_pid
 

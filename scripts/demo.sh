@@ -37,9 +37,10 @@ start() {
 echo "== starting two workers (CPU, int8 model) and a gateway"
 start worker-a "$bin/worker" --listen 127.0.0.1:0 --threads 1; wa=$url; wa_pid=$started_pid
 start worker-b "$bin/worker" --listen 127.0.0.1:0 --threads 1; wb=$url; wb_pid=$started_pid
-start gateway "$bin/gateway" --listen 127.0.0.1:0 --worker "$wa" --worker "$wb" \
+start gateway "$bin/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$wa" --worker "$wb" \
   --target-queue 8 --stats-interval 250ms --signal-fall 10s
 gw=$url
+gw_admin=$(sed -n 's/^admin listening on //p' "$work/gateway.stdout")   # /metrics, /v1/signal
 
 echo
 echo "== classifying through the gateway (the reference queries of models/sanity.json)"
@@ -53,7 +54,7 @@ curl -s -w '   (HTTP %{http_code})\n' -G --data-urlencode "query=   " "$gw/predi
 curl -s -w '   (HTTP %{http_code})\n' -d '{"query": 42}' "$gw/predict"
 
 signal() {
-  curl -s "$gw/v1/signal" | python3 -c '
+  curl -s "$gw_admin/v1/signal" | python3 -c '
 import json, sys
 for p in json.load(sys.stdin):
     c = p["components"]
@@ -86,6 +87,6 @@ signal
 
 echo
 echo "== a few gateway metrics"
-curl -s "$gw/metrics" | grep -E '^gateway_(signal|pool|worker_pressure|retries|ejections)' | head -n 20 || true
+curl -s "$gw_admin/metrics" | grep -E '^gateway_(signal|pool|worker_pressure|retries|ejections)' | head -n 20 || true
 echo
 echo "done: the gateway and the remaining worker are stopped on exit."

@@ -108,26 +108,20 @@ via_gateway() { # concurrencies
   start_worker gw-worker --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
     --queue-capacity 8192
   local waddr=$addr wp=$wpid
-  GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 \
-    --worker "$waddr" --stats-interval 250ms
-  local gaddr=$started_url gp=$started_pid admin=""
-  # Operator endpoints (/v1/signal, /v1/pools, /metrics): the admin port once the gateway has one.
-  for _ in 1 2 3 4 5 6 7 8 9 10; do
-    admin=$(sed -n 's/^admin listening on //p' "$out/gateway.stdout" | head -n 1)
-    [ -n "$admin" ] && break; sleep 0.1
-  done
-  admin=${admin:-$gaddr}
+  start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$waddr" --stats-interval 250ms
+  local gaddr=$started_url gp=$started_pid
+  local gadmin; gadmin=$(sed -n 's/^admin listening on //p' "$out/gateway.stdout")
   echo "== gateway $gaddr -> worker $waddr (cuda:0)"
   IFS=, read -ra cs <<<"$1"
   for c in "${cs[@]}"; do
-    (sleep 6; printf '{"concurrency":%s,"signal":%s}\n' "$c" "$(curl -s "$admin/v1/signal")" >>"$out/signals.jsonl") &
+    (sleep 6; printf '{"concurrency":%s,"signal":%s}\n' "$c" "$(curl -s "$gadmin/v1/signal")" >>"$out/signals.jsonl") &
     local sampler=$!
     "$app/loadtest" --url "$gaddr" --concurrency "$c" --duration-s "$dur" --warmup-s 2 --json | tee -a "$out/gateway.jsonl"
     wait $sampler
     tail -n 1 "$out/signals.jsonl"
   done
-  curl -s "$admin/v1/pools" >"$out/pools.json"
-  curl -s "$admin/metrics" | grep -E '^gateway_(pool_signal|worker_gpu|worker_queue|worker_pressure)' | head -20
+  curl -s "$gadmin/v1/pools" >"$out/pools.json"
+  curl -s "$gadmin/metrics" | grep -E '^gateway_(pool_signal|worker_gpu|worker_queue|worker_pressure)' | head -20
   kill -TERM $gp $wp; wait $gp $wp 2>/dev/null || true
 }
 

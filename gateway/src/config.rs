@@ -4,44 +4,25 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Parse a duration written as milliseconds (`250ms`), seconds (`10s`, `1.5s`) or a bare number
-/// of milliseconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, scale) = if let Some(v) = s.strip_suffix("ms") {
-        (v, 1e-3)
-    } else if let Some(v) = s.strip_suffix('s') {
-        (v, 1.0)
-    } else {
-        (s, 1e-3)
-    };
-    let v: f64 = num.trim().parse().map_err(|_| format!("not a duration: {s:?} (use 250ms or 10s)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("not a duration: {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(v * scale))
-}
-
-/// Runtime worker threads for `--threads`: the given number, or with 0 the CPUs this process may
-/// run on (`available_parallelism` honours the affinity mask and cgroup quotas).
-pub fn runtime_threads(threads: usize) -> usize {
-    if threads > 0 {
-        return threads;
-    }
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+/// Parse a duration flag: `250ms`, `1.5s`, `2m`, `1h 30m`, `0` (`humantime`, the one duration syntax
+/// of the project's binaries).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("not a duration: {s:?} ({e}; write 250ms, 10s or 2m)"))
 }
 
 /// The gateway: p2c balancing over GPU workers, discovery, and the pool scaling signal.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "gateway", version, about)]
 pub struct Config {
-    /// Address to serve clients on (`/predict`, `/pools/{pool}/predict`, `/v1/signal`).
+    /// Address to serve clients on: `/predict`, `/pools/{pool}/predict`, `/healthz`, `/readyz`.
     #[arg(long, env = "GATEWAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// Separate address for `/metrics`; when unset, `/metrics` is served on `--listen`.
-    #[arg(long, env = "GATEWAY_METRICS_LISTEN")]
-    pub metrics_listen: Option<SocketAddr>,
+    /// Address to serve operators on: `/metrics`, `/v1/pools`, `/v1/signal`,
+    /// `/pools/{pool}/signal`, `/healthz`, `/readyz`. Loopback by default: it shows worker
+    /// addresses and the signal, which are not the clients' business.
+    #[arg(long, env = "GATEWAY_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    pub admin_listen: SocketAddr,
 
     /// Name of the pool `/predict` goes to.
     #[arg(long, env = "GATEWAY_DEFAULT_POOL", default_value = "default")]
@@ -171,10 +152,19 @@ pub struct Config {
 }
 
 impl Config {
+    /// Runtime worker threads for `--threads`: the given number, or with 0 the CPUs this process
+    /// may run on (`available_parallelism` honours the affinity mask and cgroup quotas).
+    pub fn runtime_threads(&self) -> usize {
+        if self.threads > 0 {
+            return self.threads;
+        }
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    }
+
     /// A configuration with every default and no workers, for tests.
     pub fn for_tests() -> Self {
         use clap::Parser;
-        Self::parse_from(["gateway", "--listen", "127.0.0.1:0"])
+        Self::parse_from(["gateway", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
     }
 }
 
@@ -183,23 +173,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_parse_in_both_units() {
+    fn durations_are_humantime() {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("20").unwrap(), Duration::from_millis(20));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("1s 500ms").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        for bad in ["soon", "-1s", "20", ""] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The options table of `gateway/README.md`, one row per flag: `| `--flag ...` | `ENV` |
+    /// `default` or — | meaning |`.
+    fn documented_options() -> std::collections::BTreeMap<String, (String, String)> {
+        let readme = include_str!("../README.md");
+        let section = readme.split("## Options").nth(1).expect("an Options section");
+        let code = |cell: &str| cell.split('`').nth(1).unwrap_or("").to_owned();
+        section
+            .lines()
+            .take_while(|l| !l.starts_with("## "))
+            .filter(|l| l.starts_with("| `--"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let flag = code(cells[1]);
+                let flag = flag.split_whitespace().next().unwrap_or("").trim_start_matches("--").to_owned();
+                (flag, (code(cells[2]), code(cells[3])))
+            })
+            .collect()
     }
 
     #[test]
-    fn defaults_match_the_documentation() {
-        let c = Config::for_tests();
-        assert_eq!(c.request_timeout, Duration::from_secs(10));
-        assert_eq!(c.stats_interval, Duration::from_millis(500));
-        assert_eq!(c.stale_after, Duration::from_secs(3));
-        assert_eq!(c.eject_after, 5);
-        assert_eq!(c.max_outstanding, 4096);
-        assert_eq!(c.target_queue, 32.0);
-        assert_eq!(c.target_gpu, 70.0);
+    fn every_flag_is_in_the_readme_with_its_env_and_default() {
+        use clap::CommandFactory;
+        let mut documented = documented_options();
+        let mut cmd = Config::command();
+        cmd.build();
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let (env, default) = documented
+                .remove(long)
+                .unwrap_or_else(|| panic!("--{long} has no row in the options table of gateway/README.md"));
+            let actual_env = arg.get_env().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+            assert_eq!(actual_env, env, "--{long}: env");
+            let defaults: Vec<String> =
+                arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
+            assert_eq!(defaults.join(","), default, "--{long}: default");
+        }
+        assert!(documented.is_empty(), "documented but not flags: {:?}", documented.keys());
     }
 }

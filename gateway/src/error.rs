@@ -1,14 +1,27 @@
-//! The gateway's errors and their one mapping to HTTP: status, `Retry-After` where it helps, and
-//! a JSON [`wire::ErrorBody`] whose `error_type` is also the metric outcome label.
+//! The gateway's errors: [`StartError`] (what stops it from starting) and [`RequestError`] (what
+//! a client is answered), with the one mapping of request errors to HTTP: status, `Retry-After`
+//! where it helps, and a JSON [`wire::ErrorBody`] whose `error_type` is also the metric outcome
+//! label.
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use wire::{ErrorBody, ErrorType};
 
-/// Everything that can go wrong in the gateway, for the client or at startup.
+/// What stops the gateway from starting (or a listener from running).
 #[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
+pub enum StartError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Everything a client's request can be answered with instead of a worker's answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RequestError {
     #[error("no route for {0}")]
     NotFound(String),
     #[error("no pool named {0:?}")]
@@ -32,17 +45,11 @@ pub enum GatewayError {
     /// A bug (a handler panicked); the detail goes to the log only.
     #[error("internal error: {0}")]
     Internal(String),
-    #[error("invalid configuration: {0}")]
-    Config(String),
-    #[error("kubernetes: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
 }
 
-impl GatewayError {
+impl RequestError {
     /// The stable kind, as sent to clients and used as the `outcome` metric label.
-    pub fn error_type(&self) -> ErrorType {
+    pub(crate) fn error_type(&self) -> ErrorType {
         match self {
             Self::NotFound(_) | Self::UnknownPool(_) => ErrorType::NotFound,
             Self::MethodNotAllowed(_) => ErrorType::MethodNotAllowed,
@@ -52,11 +59,11 @@ impl GatewayError {
             Self::NoWorker { .. } | Self::Draining { .. } => ErrorType::Unavailable,
             Self::Timeout => ErrorType::Timeout,
             Self::Upstream(_) => ErrorType::Upstream,
-            Self::Internal(_) | Self::Config(_) | Self::Kube(_) | Self::Io(_) => ErrorType::Internal,
+            Self::Internal(_) => ErrorType::Internal,
         }
     }
 
-    pub fn status(&self) -> StatusCode {
+    fn status(&self) -> StatusCode {
         match self {
             Self::NotFound(_) | Self::UnknownPool(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -66,7 +73,7 @@ impl GatewayError {
             Self::NoWorker { .. } | Self::Draining { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Self::Upstream(_) => StatusCode::BAD_GATEWAY,
-            Self::Internal(_) | Self::Config(_) | Self::Kube(_) | Self::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -83,13 +90,13 @@ impl GatewayError {
     fn public_message(&self) -> String {
         match self {
             Self::Upstream(_) => "the worker failed or could not be reached".to_owned(),
-            Self::Internal(_) | Self::Config(_) | Self::Kube(_) | Self::Io(_) => "internal error".to_owned(),
+            Self::Internal(_) => "internal error".to_owned(),
             other => other.to_string(),
         }
     }
 }
 
-impl IntoResponse for GatewayError {
+impl IntoResponse for RequestError {
     fn into_response(self) -> Response {
         let status = self.status();
         if status.is_server_error() {
@@ -111,7 +118,7 @@ mod tests {
 
     #[tokio::test]
     async fn overload_answers_429_with_retry_after_and_json() {
-        let resp = GatewayError::Overloaded { retry_after_s: 2 }.into_response();
+        let resp = RequestError::Overloaded { retry_after_s: 2 }.into_response();
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
         let body = resp.into_body().collect().await.unwrap().to_bytes();
@@ -121,7 +128,7 @@ mod tests {
 
     #[tokio::test]
     async fn upstream_detail_stays_in_the_log() {
-        let resp = GatewayError::Upstream("connection reset by 10.0.0.1".into()).into_response();
+        let resp = RequestError::Upstream("connection reset by 10.0.0.1".into()).into_response();
         assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         let e: ErrorBody = serde_json::from_slice(&body).unwrap();

@@ -4,50 +4,80 @@
 //! balanced by power of two choices over workers discovered statically, from a file or from
 //! Kubernetes EndpointSlices, and retried once on another worker where that is safe. Every
 //! worker's `/v1/stats` is polled to compute each pool's scaling signal (`/v1/signal`). See
-//! `gateway/README.md`.
+//! `gateway/README.md` and, for the layers and how a request and the signal cross them,
+//! `docs/ARCHITECTURE.md`.
+//!
+//! Layers, each a module (private: the library's API is what this file exports):
+//! `http` (listeners, routes, admission, the one predict entry) -> `routing` (balance, proxy,
+//! retry budget) -> `pool` (pools, workers, their health, the monitor, the outcome policy) ->
+//! `upstream` (the HTTP/1.1 client for workers). `signal` (pure signal and its task) reads
+//! `pool`; `discovery` feeds it. `error`, `config`, `metrics`, `ctx` and `task` are shared.
 #![forbid(unsafe_code)]
 
-pub mod app;
-pub mod balance;
-pub mod config;
-pub mod discovery;
-pub mod endpoint;
-pub mod error;
-pub mod metrics;
-pub mod monitor;
-pub mod pool;
-pub mod proxy;
-pub mod server;
-pub mod signal;
-pub mod signal_task;
-pub mod upstream;
+mod config;
+mod ctx;
+mod discovery;
+mod error;
+mod http;
+mod metrics;
+mod pool;
+mod routing;
+mod signal;
+mod task;
+mod upstream;
 
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use app::{AppState, app, metrics_app};
 pub use config::Config;
-pub use error::GatewayError;
+pub use error::StartError;
+pub use pool::{Health, Pool, PoolMeta, Pools, WorkerStatus};
+pub use signal::{PoolSignal, RawSignal};
 
+use ctx::Ctx;
 use discovery::k8s::ServiceSpec;
-use pool::{AbortOnDrop, Ctx, Pools};
+use http::AppState;
+use task::AbortOnDrop;
 
-/// The pools and the discovery tasks feeding them (stopped when dropped).
-#[derive(Debug)]
+/// A built gateway: its pools, the tasks feeding them (discovery, monitors, the signal), and
+/// what its listeners serve. Clones share all of it; the tasks stop when the last clone drops.
+#[derive(Debug, Clone)]
 pub struct Gateway {
-    pub pools: Arc<Pools>,
-    _tasks: Vec<AbortOnDrop>,
+    state: AppState,
+    _tasks: Arc<Vec<AbortOnDrop>>,
 }
 
 impl Gateway {
-    pub fn state(&self) -> AppState {
-        AppState::new(Arc::clone(&self.pools))
+    /// Every pool, with its workers and its signal.
+    pub fn pools(&self) -> &Arc<Pools> {
+        &self.state.pools
+    }
+
+    /// Serve clients (`/predict`, `/pools/{pool}/predict`, health) on `listener` until
+    /// `shutdown` resolves, then finish the requests in flight.
+    pub async fn serve(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        http::serve_client(listener, self.state.clone(), shutdown).await
+    }
+
+    /// Serve operators (`/metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal`, health)
+    /// on `listener` until `shutdown` resolves.
+    pub async fn serve_admin(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
+        http::serve_admin(listener, self.state.clone(), shutdown).await
     }
 }
 
-/// Build the pools from the configuration and start discovery.
-pub async fn build(config: Config) -> Result<Gateway, GatewayError> {
+/// Build the pools from the configuration and start discovery (a Kubernetes client from the
+/// environment when `--k8s-service` is given).
+pub async fn build(config: Config) -> Result<Gateway, StartError> {
+    build_with_kube_client(config, None).await
+}
+
+/// [`build`] with the Kubernetes client to watch EndpointSlices with (one from a given
+/// kubeconfig, or one pointed at a test API server); `None`: one from the environment, made
+/// only when `--k8s-service` is given.
+pub async fn build_with_kube_client(config: Config, kube: Option<kube::Client>) -> Result<Gateway, StartError> {
     let k8s: Vec<ServiceSpec> = config
         .k8s_services
         .iter()
@@ -57,13 +87,13 @@ pub async fn build(config: Config) -> Result<Gateway, GatewayError> {
     let targets = discovery::static_targets(&config.default_pool, &config.workers, &config.pool_workers)?;
     let known = discovery::k8s::pool_metas(&k8s)?;
     let ctx = Arc::new(Ctx { metrics: metrics::Metrics::default(), config });
-    let pools = Pools::new(Arc::clone(&ctx), known);
+    let pools = pool::Pools::new(Arc::clone(&ctx), known);
     pools.ensure(&ctx.config.default_pool);
     for spec in &k8s {
         pools.ensure(&spec.pool);
     }
     pools.update("static", targets);
-    let mut tasks = Vec::new();
+    let mut tasks = vec![AbortOnDrop(signal::task::spawn(pools.downgrade(), Arc::clone(&ctx)))];
     if let Some(path) = &ctx.config.worker_file {
         tasks.push(AbortOnDrop(discovery::file::spawn(
             path.clone(),
@@ -73,34 +103,45 @@ pub async fn build(config: Config) -> Result<Gateway, GatewayError> {
         )));
     }
     if !k8s.is_empty() {
-        let client = kube::Client::try_default().await?;
+        let client = match kube {
+            Some(c) => c,
+            None => kube::Client::try_default().await?,
+        };
         for spec in k8s {
             tasks.push(AbortOnDrop(discovery::k8s::spawn(client.clone(), spec, pools.downgrade())));
         }
     }
-    Ok(Gateway { pools, _tasks: tasks })
+    Ok(Gateway { state: AppState::new(pools), _tasks: Arc::new(tasks) })
+}
+
+/// Bind `addr` and print `{what} http://ADDR` (scripts and tests read that line).
+async fn bind(addr: std::net::SocketAddr, what: &str) -> Result<TcpListener, StartError> {
+    let listener = TcpListener::bind(addr).await?;
+    println!("{what} http://{}", listener.local_addr()?);
+    Ok(listener)
 }
 
 /// Run the gateway until SIGTERM or Ctrl-C, then finish the requests in flight.
-pub async fn run(config: Config) -> Result<(), GatewayError> {
-    let listen = config.listen;
-    let metrics_listen = config.metrics_listen;
+///
+/// Every listener is bound before the client listener's `listening on` line is printed, so that
+/// whoever waits for that line finds the others' lines already there.
+pub async fn run(config: Config) -> Result<(), StartError> {
+    let (listen, admin_listen) = (config.listen, config.admin_listen);
     let gateway = build(config).await?;
-    let state = gateway.state();
 
-    let listener = TcpListener::bind(listen).await?;
-    println!("listening on http://{}", listener.local_addr()?);
-    if let Some(addr) = metrics_listen {
-        let ml = TcpListener::bind(addr).await?;
-        println!("metrics listening on http://{}", ml.local_addr()?);
-        let router = metrics_app(state.clone());
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(ml, router).await {
-                tracing::error!(error = %e, "metrics listener failed");
-            }
-        });
-    }
-    server::serve(listener, state, shutdown()).await?;
+    // Operators: until the process ends (a scrape during the drain still answers).
+    let admin = bind(admin_listen, "admin listening on").await?;
+    let g = gateway.clone();
+    tokio::spawn(async move {
+        if let Err(e) = g.serve_admin(admin, std::future::pending()).await {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    });
+    // Another listener (e.g. the external metrics API) binds, prints its line and is spawned
+    // here, like the admin one, before the client listener's line below.
+
+    let client = bind(listen, "listening on").await?;
+    gateway.serve(client, shutdown()).await?;
     tracing::info!("gateway stopped");
     Ok(())
 }

@@ -20,7 +20,7 @@ fn main() -> anyhow::Result<()> {
     } else {
         fmt.init();
     }
-    let threads = gateway::config::runtime_threads(config.threads);
+    let threads = config.runtime_threads();
     let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {

@@ -140,8 +140,8 @@ impl Metrics {
             self.worker_queue.clone(),
         );
         r.register(
-            "worker_gpu_utilization_pct",
-            "GPU utilization the worker reported (process SM% on a shared GPU, device% otherwise)",
+            "worker_gpu_utilization_ratio",
+            "GPU utilization the worker reported, 0..1 (process SM on a shared GPU, device otherwise)",
             self.worker_gpu.clone(),
         );
         r.register(
@@ -180,17 +180,24 @@ impl Metrics {
         r
     }
 
-    /// Drop every per-worker series of a worker that left the pool.
-    pub fn forget_worker(&self, pool: &str, worker: &str) {
-        let l = WorkerLabels { pool: pool.to_owned(), worker: worker.to_owned() };
-        self.worker_outstanding.remove(&l);
-        self.worker_queue.remove(&l);
-        self.worker_gpu.remove(&l);
-        self.worker_gpu_memory.remove(&l);
-        self.worker_pressure.remove(&l);
-        self.worker_telemetry_age.remove(&l);
-        self.worker_stale.remove(&l);
-        self.worker_ready.remove(&l);
+    /// Drop every series that carries the `worker` label of a worker that left the pool:
+    /// `outcomes` are those it was counted under in `gateway_requests_total` and
+    /// `gateway_request_duration_seconds`.
+    pub fn forget_worker<'a>(&self, l: &WorkerLabels, outcomes: impl IntoIterator<Item = &'a str>) {
+        for outcome in outcomes {
+            let r = RequestLabels { pool: l.pool.clone(), worker: l.worker.clone(), outcome: outcome.to_owned() };
+            self.requests.remove(&r);
+            self.latency.remove(&r);
+        }
+        self.ejections.remove(l);
+        self.worker_outstanding.remove(l);
+        self.worker_queue.remove(l);
+        self.worker_gpu.remove(l);
+        self.worker_gpu_memory.remove(l);
+        self.worker_pressure.remove(l);
+        self.worker_telemetry_age.remove(l);
+        self.worker_stale.remove(l);
+        self.worker_ready.remove(l);
     }
 }
 

@@ -47,9 +47,9 @@ async fn a_worker_reporting_a_deep_queue_receives_less_traffic() {
     busy.state.reported_queue.store(200, Ordering::SeqCst);
     let gw = TestGateway::start(config(&[&idle, &busy])).await;
     gw.wait_ready("default", 2).await;
-    let p = gw.gw.pools.get("default").unwrap();
+    let p = gw.pool("default");
     wait_for(
-        || p.endpoints().iter().all(|e| e.fresh_snapshot(Duration::from_secs(3)).is_some()),
+        || p.workers().iter().all(|w| w.telemetry_age_ms.is_some_and(|age| age < 3000)),
         "telemetry from both workers",
     )
     .await;
@@ -72,7 +72,7 @@ async fn the_signal_follows_queue_and_gpu_in_replica_units() {
     b.state.gpu_pct.store(105, Ordering::SeqCst); // 1.5 by GPU
     let gw = TestGateway::start(config(&[&a, &b])).await;
     let c = client();
-    let url = format!("{}/v1/signal", gw.url);
+    let url = format!("{}/v1/signal", gw.admin);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let s = signal_of(&get(&c, &url).await.body, "default");
@@ -88,9 +88,10 @@ async fn the_signal_follows_queue_and_gpu_in_replica_units() {
         assert!(tokio::time::Instant::now() < deadline, "signal never reached 3.5: {s}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(text.contains("gateway_pool_signal{pool=\"default\"} 3.5"), "{text}");
-    assert!(text.contains("gateway_worker_gpu_utilization_pct{pool=\"default\""), "{text}");
+    let gpu = format!("gateway_worker_gpu_utilization_ratio{{pool=\"default\",worker=\"{}\"}} 0.35", a.url);
+    assert!(text.contains(&gpu), "{text}");
     assert!(text.contains("gateway_pool_gpu_memory_used_ratio{pool=\"default\"} 1.0"), "{text}");
 }
 
@@ -101,7 +102,7 @@ async fn cpu_workers_have_no_gpu_memory_reading_and_pools_take_the_configured_na
     cfg.pool_namespace = "ml".to_owned();
     let gw = TestGateway::start(cfg).await;
     gw.wait_ready("default", 1).await;
-    let pool = gw.gw.pools.get("default").unwrap();
+    let pool = gw.pool("default");
     assert_eq!(pool.meta.namespace, "ml");
     assert_eq!(pool.meta.labels.get("pool").map(String::as_str), Some("default"));
     let mut rx = pool.signal();
@@ -109,7 +110,7 @@ async fn cpu_workers_have_no_gpu_memory_reading_and_pools_take_the_configured_na
     let s = rx.borrow().clone();
     assert_eq!(s.namespace, "ml");
     assert_eq!(s.gpu_memory_used_ratio, None, "no reading is not a zero: {s:?}");
-    let text = get(&client(), &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(!text.contains("gateway_pool_gpu_memory_used_ratio{"), "{text}");
 }
 
@@ -121,9 +122,9 @@ async fn without_telemetry_routing_works_and_the_signal_is_fail_static() {
     gw.wait_ready("default", 1).await;
     let c = client();
     assert_eq!(post(&c, &format!("{}/predict", gw.url), "{}").await.status, StatusCode::OK);
-    let mut rx = gw.gw.pools.get("default").unwrap().signal();
+    let mut rx = gw.pool("default").signal();
     wait_for(|| rx.borrow_and_update().components.workers == 1, "first signal with the worker").await;
-    let s = get(&c, &format!("{}/pools/default/signal", gw.url)).await.body;
+    let s = get(&c, &format!("{}/pools/default/signal", gw.admin)).await.body;
     assert!(s["signal"].as_f64().unwrap() >= 1.0, "a blind worker counts as a replica: {s}");
     assert_eq!(s["stale"], true);
 }
@@ -135,7 +136,7 @@ async fn stale_telemetry_holds_the_last_pressure() {
     let mut cfg = config(&[&a]);
     cfg.stale_after = Duration::from_millis(300);
     let gw = TestGateway::start(cfg).await;
-    let pool = gw.gw.pools.get("default").unwrap();
+    let pool = gw.pool("default");
     let mut rx = pool.signal();
     wait_for(|| (rx.borrow_and_update().signal - 4.0).abs() < 1e-6, "signal 4").await;
     // The worker stops reporting: after stale_after the signal is stale but still 4.
@@ -148,4 +149,19 @@ async fn stale_telemetry_holds_the_last_pressure() {
     a.state.reported_queue.store(0, Ordering::SeqCst);
     wait_for(|| !rx.borrow_and_update().stale, "fresh again").await;
     assert!(rx.borrow().signal <= 4.0);
+}
+
+#[tokio::test]
+async fn a_worker_of_another_stats_schema_still_feeds_the_signal_and_its_token_queue_is_read() {
+    let a = FakeWorker::start("a").await;
+    a.state.schema_version.store(2, Ordering::SeqCst);
+    a.state.reported_queue.store(64, Ordering::SeqCst); // 2 replicas by queue
+    let gw = TestGateway::start(config(&[&a])).await;
+    let pool = gw.pool("default");
+    let mut rx = pool.signal();
+    wait_for(|| (rx.borrow_and_update().signal - 2.0).abs() < 1e-6 && !rx.borrow().stale, "signal 2 from v2 stats")
+        .await;
+    let w = &pool.workers()[0];
+    assert_eq!(w.reported_queue, Some(64));
+    assert_eq!(w.reported_queue_tokens, Some(64 * 10 + 5));
 }

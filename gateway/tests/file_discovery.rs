@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{FakeWorker, TestGateway, client, config, post, wait_for};
+use common::{FakeWorker, Mode, TestGateway, client, config, post, wait_for};
 use http::StatusCode;
 
 /// A worker file in the temp directory, removed on drop.
@@ -38,7 +38,7 @@ impl Drop for WorkerFile {
 }
 
 fn urls(gw: &TestGateway, pool: &str) -> Vec<String> {
-    gw.gw.pools.get(pool).map(|p| p.endpoints().iter().map(|e| e.url.clone()).collect()).unwrap_or_default()
+    gw.gw.pools().get(pool).map(|p| p.workers().into_iter().map(|w| w.url).collect()).unwrap_or_default()
 }
 
 #[tokio::test]
@@ -98,4 +98,43 @@ async fn the_gateway_follows_edits_to_the_worker_file() {
     let statuses = load.await.unwrap();
     assert!(statuses.len() > 20, "the load ran");
     assert!(statuses.iter().all(|s| *s == StatusCode::OK), "no request failed: {statuses:?}");
+}
+
+#[tokio::test]
+async fn a_worker_that_leaves_takes_every_series_with_its_label() {
+    let stays = FakeWorker::start("stays").await;
+    let leaves = FakeWorker::start("leaves").await;
+    let file = WorkerFile::new("series");
+    file.write(&format!("{}\n{}\n", stays.url, leaves.url));
+    let mut cfg = config(&[]);
+    cfg.worker_file = Some(file.path().to_owned());
+    cfg.worker_file_interval = Duration::from_millis(20);
+    let gw = TestGateway::start(cfg).await;
+    gw.wait_ready("default", 2).await;
+    // Requests land on both, with more than one outcome on the one that leaves.
+    let http = client();
+    while leaves.predicts() == 0 {
+        post(&http, &format!("{}/predict", gw.url), "{}").await;
+    }
+    leaves.set_mode(Mode::Overloaded);
+    while leaves.arrivals() == leaves.predicts() {
+        post(&http, &format!("{}/predict", gw.url), "{}").await;
+    }
+    let label = format!("worker=\"{}\"", leaves.url);
+    let text = gw.metrics().await;
+    for family in ["gateway_requests_total", "gateway_request_duration_seconds_bucket", "gateway_worker_ready"] {
+        assert!(text.lines().any(|l| l.starts_with(family) && l.contains(&label)), "{family}: {text}");
+    }
+    assert!(text.contains("outcome=\"overloaded\""), "{text}");
+
+    file.write(&format!("{}\n", stays.url));
+    wait_for(|| urls(&gw, "default") == [stays.url.clone()], "the worker left").await;
+    // A full round of the signal task after the change (it sets per-worker gauges): none of its
+    // series may come back.
+    let mut rx = gw.pool("default").signal();
+    wait_for(|| rx.borrow_and_update().components.workers == 1, "a signal without the worker").await;
+    tokio::time::timeout(Duration::from_secs(10), rx.changed()).await.unwrap().unwrap();
+    let text = gw.metrics().await;
+    assert!(!text.contains(&label), "series of the departed worker: {text}");
+    assert!(text.contains(&format!("worker=\"{}\"", stays.url)), "{text}");
 }

@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use common::{FakeWorker, TestGateway, client, config, post, wait_for};
-use gateway::discovery::k8s::{self, ServiceSpec};
 use http::StatusCode;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -83,11 +82,11 @@ async fn endpoint_slices_drive_the_pool_without_failing_requests() {
     let api_url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
 
-    let gw = TestGateway::start(config(&[])).await;
     let kcfg = kube::Config::new(api_url.parse().unwrap());
     let kclient = kube::Client::try_from(kcfg).unwrap();
-    let spec = ServiceSpec::parse("default", "ml/workers:http").unwrap();
-    let _task = k8s::spawn(kclient, spec, gw.gw.pools.downgrade());
+    let mut cfg = config(&[]);
+    cfg.k8s_services = vec!["ml/workers:http".to_owned()];
+    let gw = TestGateway::start_with_kube(cfg, kclient).await;
 
     // The listed slice: worker a.
     gw.wait_ready("default", 1).await;
@@ -120,12 +119,13 @@ async fn endpoint_slices_drive_the_pool_without_failing_requests() {
     events.send(ev("ADDED", slice("workers-b", "2", &[(&b, true)]))).unwrap();
     gw.wait_ready("default", 2).await;
     events.send(ev("MODIFIED", slice("workers-a", "3", &[(&a, false)]))).unwrap();
-    let pool = gw.gw.pools.get("default").unwrap();
-    wait_for(|| pool.endpoints().len() == 1 && pool.endpoints()[0].url == b.url, "a gone").await;
+    let pool = gw.pool("default");
+    wait_for(|| pool.workers().len() == 1 && pool.workers()[0].url == b.url, "a gone").await;
     events.send(ev("DELETED", slice("workers-a", "4", &[(&a, false)]))).unwrap();
 
     let (failures, seen) = load.await.unwrap();
     assert_eq!(failures, 0);
     assert!(seen.contains("b"), "{seen:?}");
-    assert_eq!(pool.endpoints().len(), 1);
+    assert_eq!(pool.workers().len(), 1);
+    assert_eq!(pool.meta.namespace, "ml", "a Service-fed pool takes the Service's namespace");
 }

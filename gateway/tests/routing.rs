@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{FakeWorker, Mode, TestGateway, client, config, get, post, wait_for};
-use gateway::endpoint::Health;
+use gateway::Health;
 use http::StatusCode;
 
 #[tokio::test]
@@ -89,8 +89,8 @@ async fn admission_is_bounded_with_429_and_retry_after() {
             tokio::spawn(async move { post(&c, &url, "{}").await.status })
         })
         .collect();
-    let p = gw.gw.pools.get("default").unwrap();
-    wait_for(|| p.endpoints()[0].outstanding() == 2, "two requests in flight").await;
+    let p = gw.pool("default");
+    wait_for(|| p.workers()[0].outstanding == 2, "two requests in flight").await;
     let a = post(&c, &url, "{}").await;
     assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(a.body["error_type"], "overloaded");
@@ -131,8 +131,8 @@ async fn draining_worker_503_is_retried_elsewhere_and_taken_out() {
         assert_eq!(r.body["intent"], "b");
     }
     assert_eq!(a.state.refusals.load(Ordering::SeqCst), 1, "a refused once, then was out of rotation");
-    let p = gw.gw.pools.get("default").unwrap();
-    assert!(p.endpoints().iter().any(|e| e.url == a.url && e.health() != Health::Ready));
+    let p = gw.pool("default");
+    assert!(p.workers().iter().any(|w| w.url == a.url && w.health != Health::Ready));
     // Draining ends (the worker is back): the re-probe puts it back in rotation.
     b.set_delay(0);
     a.set_mode(Mode::Ok);
@@ -183,7 +183,7 @@ async fn dropped_connections_are_retried_on_another_worker() {
         assert_eq!(r.status, StatusCode::OK, "every request survives by its one retry");
         assert_eq!(r.body["intent"], "good");
     }
-    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(text.contains("gateway_retries_total{pool=\"default\",reason=\"dropped\"}"), "{text}");
 }
 
@@ -198,17 +198,16 @@ async fn consecutive_failures_eject_and_reprobing_restores() {
     gw.wait_ready("default", 1).await;
     bad.set_mode(Mode::Drop);
     let c = client();
-    let p = gw.gw.pools.get("default").unwrap();
-    let ep = p.endpoints()[0].clone();
+    let p = gw.pool("default");
     for _ in 0..5 {
         let r = post(&c, &format!("{}/predict", gw.url), "{}").await;
         assert_eq!(r.status, StatusCode::BAD_GATEWAY);
         assert_eq!(r.body["error_type"], "upstream");
     }
-    assert_eq!(ep.health(), Health::Ejected);
+    assert_eq!(p.workers()[0].health, Health::Ejected);
     let r = post(&c, &format!("{}/predict", gw.url), "{}").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "ejected: no ready worker");
-    let text = get(&c, &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(text.contains("gateway_ejections_total{pool=\"default\""), "{text}");
 }
 
@@ -221,13 +220,13 @@ async fn ejected_worker_is_reprobed_with_backoff() {
     gw.wait_ready("default", 1).await;
     bad.set_mode(Mode::Drop);
     let c = client();
-    let ep = gw.gw.pools.get("default").unwrap().endpoints()[0].clone();
+    let p = gw.pool("default");
     for _ in 0..5 {
         post(&c, &format!("{}/predict", gw.url), "{}").await;
     }
     // /readyz still answers 200, so the re-probe brings it back.
     bad.set_mode(Mode::Ok);
-    wait_for(|| ep.health() == Health::Ready, "re-probed worker back").await;
+    wait_for(|| p.workers()[0].health == Health::Ready, "re-probed worker back").await;
     assert_eq!(post(&c, &format!("{}/predict", gw.url), "{}").await.status, StatusCode::OK);
 }
 
@@ -252,8 +251,8 @@ async fn killed_worker_costs_no_request() {
             statuses
         }));
     }
-    let p = gw.gw.pools.get("default").unwrap();
-    wait_for(|| ws[0].predicts() > 10 && p.endpoints().iter().any(|e| e.outstanding() > 0), "load").await;
+    let p = gw.pool("default");
+    wait_for(|| ws[0].predicts() > 10 && p.workers().iter().any(|w| w.outstanding > 0), "load").await;
     ws[0].kill();
     let mut failed = 0;
     for t in tasks {
@@ -279,6 +278,95 @@ async fn the_deadline_answers_504_and_is_not_retried() {
     assert_eq!(r.body["error_type"], "timeout");
     assert!(started.elapsed() < Duration::from_secs(10), "answered at the deadline, not the worker's pace");
     assert_eq!(a.arrivals() + b.arrivals(), 1, "a request a worker started is not sent again");
-    let text = get(&client(), &format!("{}/metrics", gw.url)).await.body.as_str().unwrap().to_owned();
+    let text = gw.metrics().await;
     assert!(text.contains("outcome=\"timeout\""), "{text}");
+}
+
+#[tokio::test]
+async fn operator_routes_are_on_the_admin_port_only_and_predict_on_the_client_port_only() {
+    let w = FakeWorker::start("w1").await;
+    let gw = TestGateway::start(config(&[&w])).await;
+    gw.wait_ready("default", 1).await;
+    let c = client();
+    for path in ["/metrics", "/v1/pools", "/v1/signal", "/pools/default/signal"] {
+        let a = get(&c, &format!("{}{path}", gw.url)).await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "client port {path}: {}", a.body);
+        assert_eq!(a.body["error_type"], "not_found");
+        assert_eq!(get(&c, &format!("{}{path}", gw.admin)).await.status, StatusCode::OK, "admin port {path}");
+    }
+    for path in ["/predict?query=hi", "/pools/default/predict?query=hi"] {
+        assert_eq!(get(&c, &format!("{}{path}", gw.url)).await.status, StatusCode::OK, "client port {path}");
+        let a = get(&c, &format!("{}{path}", gw.admin)).await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "admin port {path}: {}", a.body);
+    }
+    for base in [&gw.url, &gw.admin] {
+        assert_eq!(get(&c, &format!("{base}/healthz")).await.status, StatusCode::OK);
+        assert_eq!(get(&c, &format!("{base}/readyz")).await.status, StatusCode::OK);
+    }
+    let pools = get(&c, &format!("{}/v1/pools", gw.admin)).await.body;
+    assert_eq!(pools[0]["workers"][0]["url"], w.url.as_str(), "{pools}");
+}
+
+#[tokio::test]
+async fn request_ids_and_traceparent_travel_to_the_worker_and_the_id_back_to_the_client() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let w = FakeWorker::start("w1").await;
+    let gw = TestGateway::start(config(&[&w])).await;
+    gw.wait_ready("default", 1).await;
+    let c = client();
+    let url = format!("{}/pools/default/predict", gw.url);
+    let a = common::send_with(&c, "POST", &url, Some("{}"), &[("x-request-id", "client-7"), ("traceparent", TP)]).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.headers["x-request-id"], "client-7");
+    // None given: the gateway makes one, sends it on and gives it back; errors carry it too.
+    let a = post(&c, &format!("{}/predict", gw.url), "{}").await;
+    let made = a.headers["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(made.len(), 32, "{made}");
+    let a = post(&c, &format!("{}/pools/ghost/predict", gw.url), "{}").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert!(a.headers.contains_key("x-request-id"));
+    let seen = w.state.ids.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [(Some("client-7".to_owned()), Some(TP.to_owned())), (Some(made), None)],
+        "what the worker received"
+    );
+}
+
+/// A `MakeWriter` into a shared buffer, for the log.
+#[derive(Clone, Default)]
+struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// One thread: the gateway's tasks run where the test's log subscriber is the default.
+#[tokio::test(flavor = "current_thread")]
+async fn the_log_lines_of_a_failing_request_carry_its_ids() {
+    let log = Log::default();
+    let sink = log.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let bad = FakeWorker::start("bad").await;
+    let mut cfg = config(&[&bad]);
+    cfg.eject_after = 1;
+    cfg.no_worker_wait = Duration::from_millis(20);
+    let gw = TestGateway::start(cfg).await;
+    gw.wait_ready("default", 1).await;
+    bad.set_mode(Mode::Drop);
+    let url = format!("{}/predict", gw.url);
+    let a = common::send_with(&client(), "POST", &url, Some("{}"), &[("x-request-id", "fail-1")]).await;
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY);
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    for what in ["worker ejected", "request failed"] {
+        let line = text.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("no {what:?} line: {text}"));
+        assert!(line.contains("request_id=fail-1"), "{line}");
+    }
 }

@@ -235,19 +235,6 @@ pub enum GpuTelemetry {
     },
 }
 
-impl GpuTelemetry {
-    /// The utilization the scaling signal should use, in percent: this process's SM utilization
-    /// when other processes share the GPU (the device figure would count their work too), the
-    /// device's otherwise. `None` when unavailable.
-    pub fn utilization_pct(&self) -> Option<f64> {
-        match self {
-            Self::Available(s) if s.shared => s.process.sm_utilization_pct.or(Some(s.device.utilization_pct)),
-            Self::Available(s) => Some(s.device.utilization_pct),
-            Self::Unavailable { .. } => None,
-        }
-    }
-}
-
 /// One NVML reading of the worker's GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuSample {
@@ -321,7 +308,6 @@ mod tests {
         let t = GpuTelemetry::Unavailable { reason: "worker runs on cpu".into() };
         let v = serde_json::to_value(&t).unwrap();
         assert_eq!(v, serde_json::json!({"status": "unavailable", "reason": "worker runs on cpu"}));
-        assert_eq!(t.utilization_pct(), None);
     }
 
     fn sample(shared: bool, process: Option<f64>) -> GpuTelemetry {
@@ -347,10 +333,7 @@ mod tests {
     }
 
     #[test]
-    fn shared_gpu_uses_the_process_figure() {
-        assert_eq!(sample(false, Some(20.0)).utilization_pct(), Some(80.0));
-        assert_eq!(sample(true, Some(20.0)).utilization_pct(), Some(20.0));
-        assert_eq!(sample(true, None).utilization_pct(), Some(80.0));
+    fn gpu_samples_round_trip() {
         let v = serde_json::to_value(sample(true, Some(20.0))).unwrap();
         assert_eq!(v["status"], "available");
         let back: GpuTelemetry = serde_json::from_value(v).unwrap();

@@ -13,7 +13,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use tokio::task::JoinHandle;
 
-use crate::error::GatewayError;
+use crate::error::StartError;
 use crate::pool::{PoolMeta, Pools, Targets};
 
 /// `[POOL=]NAMESPACE/SERVICE[:PORT]`.
@@ -27,8 +27,8 @@ pub struct ServiceSpec {
 }
 
 impl ServiceSpec {
-    pub fn parse(default_pool: &str, s: &str) -> Result<Self, GatewayError> {
-        let bad = || GatewayError::Config(format!("--k8s-service {s:?}: expected [POOL=]NAMESPACE/SERVICE[:PORT]"));
+    pub fn parse(default_pool: &str, s: &str) -> Result<Self, StartError> {
+        let bad = || StartError::Config(format!("--k8s-service {s:?}: expected [POOL=]NAMESPACE/SERVICE[:PORT]"));
         let (pool, rest) = match s.split_once('=') {
             Some((p, r)) => (p.trim().to_owned(), r),
             None => (default_pool.to_owned(), s),
@@ -58,7 +58,7 @@ impl ServiceSpec {
 
 /// Where each Service-fed pool belongs. One pool may be fed by several Services, but only from
 /// one namespace: the external metrics API answers a request for a namespace with its pools.
-pub fn pool_metas(specs: &[ServiceSpec]) -> Result<BTreeMap<String, PoolMeta>, GatewayError> {
+pub fn pool_metas(specs: &[ServiceSpec]) -> Result<BTreeMap<String, PoolMeta>, StartError> {
     let mut metas: BTreeMap<String, PoolMeta> = BTreeMap::new();
     for spec in specs {
         match metas.get_mut(&spec.pool) {
@@ -66,7 +66,7 @@ pub fn pool_metas(specs: &[ServiceSpec]) -> Result<BTreeMap<String, PoolMeta>, G
                 metas.insert(spec.pool.clone(), spec.meta());
             }
             Some(m) if m.namespace != spec.namespace => {
-                return Err(GatewayError::Config(format!(
+                return Err(StartError::Config(format!(
                     "pool {:?} is fed by Services in two namespaces ({} and {}); a pool belongs to one",
                     spec.pool, m.namespace, spec.namespace
                 )));

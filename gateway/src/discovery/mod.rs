@@ -5,26 +5,21 @@
 //! * a worker file, re-read when its content changes ([`file`]);
 //! * Kubernetes EndpointSlices of a Service, through kube's runtime watcher ([`k8s`]).
 
-pub mod file;
-pub mod k8s;
+pub(crate) mod file;
+pub(crate) mod k8s;
 
-use crate::error::GatewayError;
+use crate::error::StartError;
 use crate::pool::Targets;
 
 /// The targets given on the command line.
-pub fn static_targets(
-    default_pool: &str,
-    workers: &[String],
-    pool_workers: &[String],
-) -> Result<Targets, GatewayError> {
+pub fn static_targets(default_pool: &str, workers: &[String], pool_workers: &[String]) -> Result<Targets, StartError> {
     let mut t = Targets::new();
     for w in workers.iter().filter(|w| !w.trim().is_empty()) {
         t.entry(default_pool.to_owned()).or_default().insert(w.trim().to_owned());
     }
     for pw in pool_workers.iter().filter(|w| !w.trim().is_empty()) {
-        let (pool, url) = pw
-            .split_once('=')
-            .ok_or_else(|| GatewayError::Config(format!("--pool-worker {pw:?}: expected POOL=URL")))?;
+        let (pool, url) =
+            pw.split_once('=').ok_or_else(|| StartError::Config(format!("--pool-worker {pw:?}: expected POOL=URL")))?;
         t.entry(pool.trim().to_owned()).or_default().insert(url.trim().to_owned());
     }
     Ok(t)

@@ -45,11 +45,16 @@ pub struct FakeState {
     pub reported_queue: AtomicU64,
     /// GPU utilization reported (percent); `u64::MAX` = unavailable.
     pub gpu_pct: AtomicU64,
+    /// `schema_version` of its /v1/stats; other than 1: a document of a future worker (fields
+    /// the gateway does not read removed, new ones added, tokens in the queue).
+    pub schema_version: AtomicU64,
     pub predicts: AtomicU64,
     /// `/predict` requests received, whatever became of them.
     pub arrivals: AtomicU64,
     /// `/predict` requests refused (draining or overloaded).
     pub refusals: AtomicU64,
+    /// `x-request-id` and `traceparent` of every `/predict` request received.
+    pub ids: std::sync::Mutex<Vec<(Option<String>, Option<String>)>>,
 }
 
 impl FakeState {
@@ -73,9 +78,11 @@ impl FakeWorker {
             delay_ms: AtomicU64::new(0),
             reported_queue: AtomicU64::new(0),
             gpu_pct: AtomicU64::new(u64::MAX),
+            schema_version: AtomicU64::new(1),
             predicts: AtomicU64::new(0),
             arrivals: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
+            ids: std::sync::Mutex::default(),
         });
         let st = Arc::clone(&state);
         // Connections live in a JoinSet owned by the accept task: aborting it closes every
@@ -156,10 +163,23 @@ async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Resu
             if q == u64::MAX {
                 return Ok(json(StatusCode::NOT_FOUND, serde_json::json!({"error":"no","error_type":"not_found"})));
             }
-            Ok(json(StatusCode::OK, stats(&st.name, q, st.gpu_pct.load(Ordering::SeqCst), mode == Mode::Draining)))
+            let mut doc = stats(&st.name, q, st.gpu_pct.load(Ordering::SeqCst), mode == Mode::Draining);
+            let schema = st.schema_version.load(Ordering::SeqCst);
+            if schema != 1 {
+                let d = doc.as_object_mut().unwrap();
+                d.insert("schema_version".into(), schema.into());
+                d.remove("rates");
+                d.remove("batches");
+                d.insert("scheduler".into(), serde_json::json!({"policy": "fair"}));
+                d["queue"]["queued_tokens"] = (q * 10).into();
+                d["queue"]["in_flight_tokens"] = 5.into();
+            }
+            Ok(json(StatusCode::OK, doc))
         }
         "/predict" => {
             st.arrivals.fetch_add(1, Ordering::SeqCst);
+            let header = |name: &str| req.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
+            st.ids.lock().unwrap().push((header("x-request-id"), header("traceparent")));
             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let delay = st.delay_ms.load(Ordering::SeqCst);
             if delay > 0 {
@@ -228,36 +248,65 @@ pub fn config(workers: &[&FakeWorker]) -> gateway::Config {
     c
 }
 
-/// A gateway served in-process on 127.0.0.1:0, by the same listener as the binary
-/// (`gateway::server::serve`: the `/predict` fast path, the router for the rest).
+/// A gateway served in-process on 127.0.0.1:0 (clients) and 127.0.0.1:0 (operators), by the
+/// same listeners as the binary (`Gateway::serve`, `Gateway::serve_admin`).
 pub struct TestGateway {
+    /// The client port.
     pub url: String,
+    /// The admin port (`/metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal`).
+    pub admin: String,
     pub gw: gateway::Gateway,
-    server: JoinHandle<()>,
+    servers: [JoinHandle<()>; 2],
 }
 
 impl Drop for TestGateway {
     fn drop(&mut self) {
-        self.server.abort();
+        for s in &self.servers {
+            s.abort();
+        }
     }
 }
 
 impl TestGateway {
     pub async fn start(config: gateway::Config) -> Self {
-        let gw = gateway::build(config).await.unwrap();
-        let state = gw.state();
+        Self::serve(gateway::build(config).await.unwrap()).await
+    }
+
+    /// With EndpointSlices watched through `kube` (a client of a test API server).
+    pub async fn start_with_kube(config: gateway::Config, kube: kube::Client) -> Self {
+        Self::serve(gateway::build_with_kube_client(config, Some(kube)).await.unwrap()).await
+    }
+
+    async fn serve(gw: gateway::Gateway) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let server = tokio::spawn(async move {
-            let _ = gateway::server::serve(listener, state, std::future::pending()).await;
+        let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = format!("http://{}", admin_listener.local_addr().unwrap());
+        let g = gw.clone();
+        let client = tokio::spawn(async move {
+            let _ = g.serve(listener, std::future::pending()).await;
         });
-        Self { url, gw, server }
+        let g = gw.clone();
+        let operators = tokio::spawn(async move {
+            let _ = g.serve_admin(admin_listener, std::future::pending()).await;
+        });
+        Self { url, admin, gw, servers: [client, operators] }
+    }
+
+    /// `/metrics` of the admin port.
+    pub async fn metrics(&self) -> String {
+        get(&client(), &format!("{}/metrics", self.admin)).await.body.as_str().unwrap_or_default().to_owned()
+    }
+
+    pub fn pool(&self, name: &str) -> Arc<gateway::Pool> {
+        self.gw.pools().get(name).unwrap_or_else(|| panic!("no pool {name}"))
     }
 
     /// Wait until `n` workers of `pool` are ready.
     pub async fn wait_ready(&self, pool: &str, n: usize) {
-        let p = self.gw.pools.get(pool).unwrap();
-        wait_for(|| p.endpoints().iter().filter(|e| e.is_ready()).count() == n, "workers ready").await;
+        let p = self.pool(pool);
+        wait_for(|| p.workers().iter().filter(|w| w.health == gateway::Health::Ready).count() == n, "workers ready")
+            .await;
     }
 }
 
@@ -283,12 +332,22 @@ pub struct Answer {
 }
 
 pub async fn send(c: &TestClient, method: &str, url: &str, body: Option<&str>) -> Answer {
-    let req = Request::builder()
-        .method(method)
-        .uri(url)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.unwrap_or("").to_owned())))
-        .unwrap();
+    send_with(c, method, url, body, &[]).await
+}
+
+/// `send` with extra request headers.
+pub async fn send_with(
+    c: &TestClient,
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Answer {
+    let mut req = Request::builder().method(method).uri(url).header("content-type", "application/json");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req.body(Full::new(Bytes::from(body.unwrap_or("").to_owned()))).unwrap();
     let resp = c.request(req).await.expect("gateway answers");
     let status = resp.status();
     let headers = resp.headers().clone();

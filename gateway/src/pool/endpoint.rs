@@ -2,8 +2,9 @@
 //! latency estimate and its last telemetry snapshot. Everything the request path reads is an
 //! atomic or a short uncontended lock.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::Uri;
@@ -12,15 +13,18 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::ewma::PeakEwma;
+use super::outcome::HealthEffect;
+use super::stats::StatsView;
+use crate::ctx::Ctx;
 use crate::metrics::{Metrics, RequestLabels, WorkerLabels};
 use crate::upstream::Upstream;
-use std::sync::Arc;
 
 /// How long the gateway waits for a TCP connection to a worker.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Idle connections to a worker are closed after this long.
-pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Whether a worker gets traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -48,71 +52,45 @@ impl Health {
     }
 }
 
-/// The part of a `/v1/stats` document the gateway uses, with the time it arrived.
+/// What a health effect changed, for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    None,
+    Ejected,
+    Drained,
+    Recovered,
+}
+
+/// The part of a `/v1/stats` document the gateway keeps, with the time it arrived.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// When the gateway received it.
-    pub at: Instant,
+    pub(crate) at: Instant,
     /// `queued + in_flight` as the worker reported it.
-    pub reported_queue: u64,
+    pub(crate) reported_queue: u64,
+    /// The same in tokens, when the worker reports it.
+    pub(crate) reported_queue_tokens: Option<u64>,
     /// The gateway's outstanding requests to this worker when the snapshot arrived; the part of
     /// `reported_queue` beyond it belongs to other clients.
-    pub outstanding_at_snapshot: u64,
-    /// `GpuTelemetry::utilization_pct()`: `None` when the worker has no GPU reading.
-    pub gpu_pct: Option<f64>,
+    pub(crate) outstanding_at_snapshot: u64,
+    /// GPU utilization in percent (see `stats`): `None` when the worker has no GPU reading.
+    pub(crate) gpu_pct: Option<f64>,
     /// Device memory used / total, when the worker has a GPU reading.
-    pub gpu_memory_used_ratio: Option<f64>,
-    pub ready: bool,
-    pub draining: bool,
+    pub(crate) gpu_memory_used_ratio: Option<f64>,
 }
 
 impl Snapshot {
     /// Load other clients put on the worker (never negative).
-    pub fn foreign_queue(&self) -> u64 {
+    pub(crate) fn foreign_queue(&self) -> u64 {
         self.reported_queue.saturating_sub(self.outstanding_at_snapshot)
     }
 }
 
-/// Peak-EWMA latency estimate (tower's `load::PeakEwma`): jumps up to a slower sample at once,
-/// moves towards faster ones with time constant `decay`, and without samples decays towards zero,
-/// so that a worker nobody picks (new, or slow once) is tried again after a while instead of
-/// being starved while the others are lightly loaded.
-#[derive(Debug, Clone, Copy)]
-pub struct PeakEwma {
-    pub estimate_s: f64,
-    pub updated: Instant,
-}
-
-impl PeakEwma {
-    fn weight(&self, now: Instant, decay: Duration) -> f64 {
-        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
-        (-elapsed / decay.as_secs_f64().max(1e-9)).exp()
-    }
-
-    /// The estimate at `now`: the last one, decayed towards zero since it was updated.
-    pub fn at(&self, now: Instant, decay: Duration) -> f64 {
-        self.estimate_s * self.weight(now, decay)
-    }
-
-    pub fn observe(&mut self, rtt: Duration, now: Instant, decay: Duration) {
-        let rtt = rtt.as_secs_f64();
-        let w = self.weight(now, decay);
-        self.estimate_s = if rtt > self.estimate_s * w { rtt } else { self.estimate_s * w + rtt * (1.0 - w) };
-        self.updated = now;
-    }
-
-    /// Start again from at least `floor` (a worker that becomes ready).
-    pub fn restart(&mut self, floor: Duration, now: Instant, decay: Duration) {
-        self.estimate_s = self.at(now, decay).max(floor.as_secs_f64());
-        self.updated = now;
-    }
-}
-
 /// Per-worker state shared by the balancer, the proxy, the monitor task and the signal.
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// Base URL as discovered, e.g. `http://10.0.0.5:8000` (no trailing slash).
-    pub url: String,
-    pub pool: String,
+    pub(crate) url: String,
+    pub(crate) pool: String,
     health: AtomicU8,
     /// Incremented each time the worker leaves `Ready`: the monitor restarts its backoff then.
     downs: AtomicU64,
@@ -126,8 +104,14 @@ pub struct Endpoint {
     held_pressure: Mutex<Option<f64>>,
     /// Woken when the worker becomes ready (shared with its pool).
     ready_notify: Arc<Notify>,
-    pub(crate) ok_requests: Counter,
-    pub(crate) ok_latency: Histogram,
+    /// Series of `gateway_requests_total` and `gateway_request_duration_seconds` for `ok`,
+    /// fetched once (the hot path).
+    ok_requests: Counter,
+    ok_latency: Histogram,
+    /// Outcomes it has been counted under, so that those series go when it leaves.
+    outcomes: Mutex<BTreeSet<String>>,
+    /// Left the pool: no new series.
+    retired: AtomicBool,
     pub(crate) labels: WorkerLabels,
     /// The gateway's connections to the worker.
     pub(crate) upstream: Upstream,
@@ -140,7 +124,7 @@ impl std::fmt::Debug for Endpoint {
 }
 
 /// Parse and normalise a worker base URL.
-pub fn parse_base_url(url: &str) -> Result<(http::uri::Scheme, http::uri::Authority), String> {
+pub(crate) fn parse_base_url(url: &str) -> Result<(http::uri::Scheme, http::uri::Authority), String> {
     let uri: Uri = url.trim().parse().map_err(|e| format!("bad worker URL {url:?}: {e}"))?;
     let scheme = uri.scheme().cloned().ok_or_else(|| format!("worker URL {url:?} has no scheme"))?;
     if scheme != http::uri::Scheme::HTTP {
@@ -151,7 +135,7 @@ pub fn parse_base_url(url: &str) -> Result<(http::uri::Scheme, http::uri::Author
 }
 
 impl Endpoint {
-    pub fn new(
+    pub(crate) fn new(
         pool: &str,
         url: &str,
         default_rtt: Duration,
@@ -166,6 +150,8 @@ impl Endpoint {
         Ok(Self {
             ok_requests: metrics.requests.get_or_create_owned(&ok),
             ok_latency: metrics.latency.get_or_create_owned(&ok),
+            outcomes: Mutex::new(BTreeSet::from(["ok".to_owned()])),
+            retired: AtomicBool::new(false),
             labels: WorkerLabels { pool: pool.to_owned(), worker: url.clone() },
             pool: pool.to_owned(),
             url,
@@ -183,15 +169,15 @@ impl Endpoint {
         })
     }
 
-    pub fn health(&self) -> Health {
+    pub(crate) fn health(&self) -> Health {
         Health::from_u8(self.health.load(Ordering::Acquire))
     }
 
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.health() == Health::Ready
     }
 
-    pub fn set_health(&self, h: Health) {
+    pub(crate) fn set_health(&self, h: Health) {
         let prev = self.health.swap(h as u8, Ordering::AcqRel);
         if prev == Health::Ready as u8 && h != Health::Ready {
             self.downs.fetch_add(1, Ordering::AcqRel);
@@ -210,13 +196,55 @@ impl Endpoint {
     }
 
     /// How many times the worker has left `Ready`.
-    pub fn downs(&self) -> u64 {
+    pub(crate) fn downs(&self) -> u64 {
         self.downs.load(Ordering::Acquire)
+    }
+
+    /// Carry out a health effect decided by the outcome policy (`outcome::classify`); an
+    /// ejection is logged (with `why`) and counted in `gateway_ejections_total`.
+    pub(crate) fn apply(&self, effect: HealthEffect, ctx: &Ctx, why: &dyn std::fmt::Display) -> Change {
+        let change = match effect {
+            HealthEffect::None => Change::None,
+            HealthEffect::Success { rtt } => {
+                self.record_success(rtt);
+                Change::None
+            }
+            HealthEffect::Refused => {
+                self.penalize();
+                Change::None
+            }
+            HealthEffect::Failure => {
+                self.penalize();
+                if self.record_failure(ctx.config.eject_after) { Change::Ejected } else { Change::None }
+            }
+            HealthEffect::Unreachable => {
+                if self.is_ready() && self.record_failure(ctx.config.eject_after) {
+                    Change::Ejected
+                } else {
+                    Change::None
+                }
+            }
+            HealthEffect::Draining if self.is_ready() => {
+                self.set_health(Health::NotReady);
+                Change::Drained
+            }
+            HealthEffect::Draining => Change::None,
+            HealthEffect::Ready if !self.is_ready() => {
+                self.set_health(Health::Ready);
+                Change::Recovered
+            }
+            HealthEffect::Ready => Change::None,
+        };
+        if change == Change::Ejected {
+            tracing::warn!(pool = %self.pool, worker = %self.url, reason = %why, "worker ejected after consecutive failures");
+            self.with_series(&ctx.metrics, |m| m.ejections.get_or_create(&self.labels).inc());
+        }
+        change
     }
 
     /// Record a failure (connection error, dropped response, timeout). Returns `true` when this
     /// failure ejected the worker.
-    pub fn record_failure(&self, eject_after: u32) -> bool {
+    fn record_failure(&self, eject_after: u32) -> bool {
         let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
         if n >= eject_after {
             let prev = self.health.swap(Health::Ejected as u8, Ordering::AcqRel);
@@ -229,14 +257,14 @@ impl Endpoint {
     }
 
     /// Record a success: the consecutive-failure count starts over.
-    pub fn record_success(&self, rtt: Duration) {
+    fn record_success(&self, rtt: Duration) {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Release);
         }
         self.observe_rtt(rtt);
     }
 
-    pub fn observe_rtt(&self, rtt: Duration) {
+    fn observe_rtt(&self, rtt: Duration) {
         if let Ok(mut e) = self.rtt.lock() {
             e.observe(rtt, Instant::now(), self.rtt_decay);
         }
@@ -244,60 +272,92 @@ impl Endpoint {
 
     /// A fast refusal (429) must not look like a fast worker: raise the estimate as if the
     /// request had taken twice the current estimate.
-    pub fn penalize(&self) {
+    fn penalize(&self) {
         let est = self.rtt_estimate_s();
         self.observe_rtt(Duration::from_secs_f64(est * 2.0));
     }
 
     /// The balancer's latency estimate now (seconds).
-    pub fn rtt_estimate_s(&self) -> f64 {
+    pub(crate) fn rtt_estimate_s(&self) -> f64 {
         self.rtt.lock().map(|e| e.at(Instant::now(), self.rtt_decay)).unwrap_or(0.0)
     }
 
-    pub fn outstanding(&self) -> u64 {
+    pub(crate) fn outstanding(&self) -> u64 {
         self.outstanding.load(Ordering::Acquire)
     }
 
     /// Count a request as outstanding until the guard drops.
-    pub fn start(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn start(self: &Arc<Self>) -> InFlight {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         InFlight { ep: Arc::clone(self) }
     }
 
-    pub fn store_snapshot(&self, stats: &wire::WorkerStats) {
+    /// Count one client request that this worker answered (or failed) with `outcome`.
+    pub(crate) fn count_request(&self, metrics: &Metrics, outcome: &str, elapsed_s: f64) {
+        if outcome == "ok" {
+            self.ok_requests.inc();
+            self.ok_latency.observe(elapsed_s);
+            return;
+        }
+        if let Ok(mut seen) = self.outcomes.lock() {
+            seen.insert(outcome.to_owned());
+        }
+        let labels = RequestLabels { pool: self.pool.clone(), worker: self.url.clone(), outcome: outcome.to_owned() };
+        self.with_series(metrics, |m| {
+            m.requests.get_or_create(&labels).inc();
+            m.latency.get_or_create(&labels).observe(elapsed_s);
+        });
+    }
+
+    /// Update series that carry this worker's label: when the worker has left its pool
+    /// meanwhile, they are removed again (the flag is set before `retire` removes the series, so
+    /// whichever runs second leaves no series behind).
+    pub(crate) fn with_series<T>(&self, metrics: &Metrics, update: impl FnOnce(&Metrics) -> T) {
+        update(metrics);
+        if self.retired.load(Ordering::Acquire) {
+            self.forget_series(metrics);
+        }
+    }
+
+    /// The worker left its pool: remove every series that carries its `worker` label.
+    pub(crate) fn retire(&self, metrics: &Metrics) {
+        self.retired.store(true, Ordering::Release);
+        self.forget_series(metrics);
+    }
+
+    fn forget_series(&self, metrics: &Metrics) {
+        let outcomes = self.outcomes.lock().map(|s| s.clone()).unwrap_or_default();
+        metrics.forget_worker(&self.labels, outcomes.iter().map(String::as_str));
+    }
+
+    pub(crate) fn store_snapshot(&self, stats: &StatsView) {
         let snap = Snapshot {
             at: Instant::now(),
-            reported_queue: stats.queue.queued + stats.queue.in_flight,
+            reported_queue: stats.reported_queue(),
+            reported_queue_tokens: stats.reported_queue_tokens(),
             outstanding_at_snapshot: self.outstanding(),
-            gpu_pct: stats.gpu.utilization_pct(),
-            gpu_memory_used_ratio: match &stats.gpu {
-                wire::GpuTelemetry::Available(s) if s.device.memory_total_bytes > 0 => {
-                    Some(s.device.memory_used_bytes as f64 / s.device.memory_total_bytes as f64)
-                }
-                _ => None,
-            },
-            ready: stats.ready,
-            draining: stats.draining,
+            gpu_pct: stats.gpu_utilization_pct(),
+            gpu_memory_used_ratio: stats.gpu_memory_used_ratio(),
         };
         if let Ok(mut s) = self.snapshot.lock() {
             *s = Some(snap);
         }
     }
 
-    pub fn snapshot(&self) -> Option<Snapshot> {
+    pub(crate) fn snapshot(&self) -> Option<Snapshot> {
         self.snapshot.lock().ok().and_then(|s| s.clone())
     }
 
     /// The snapshot if it is younger than `stale_after`.
-    pub fn fresh_snapshot(&self, stale_after: Duration) -> Option<Snapshot> {
+    pub(crate) fn fresh_snapshot(&self, stale_after: Duration) -> Option<Snapshot> {
         self.snapshot().filter(|s| s.at.elapsed() <= stale_after)
     }
 
-    pub fn held_pressure(&self) -> Option<f64> {
+    pub(crate) fn held_pressure(&self) -> Option<f64> {
         self.held_pressure.lock().ok().and_then(|p| *p)
     }
 
-    pub fn set_held_pressure(&self, p: f64) {
+    pub(crate) fn set_held_pressure(&self, p: f64) {
         if let Ok(mut h) = self.held_pressure.lock() {
             *h = Some(p);
         }
@@ -306,14 +366,8 @@ impl Endpoint {
 
 /// An outstanding request to a worker; decrements the count on drop, whatever happens.
 #[derive(Debug)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     ep: Arc<Endpoint>,
-}
-
-impl InFlight {
-    pub fn endpoint(&self) -> &Arc<Endpoint> {
-        &self.ep
-    }
 }
 
 impl Drop for InFlight {
@@ -350,18 +404,36 @@ mod tests {
 
     #[test]
     fn consecutive_failures_eject_once_and_success_resets() {
+        let ctx = Ctx::for_tests(|c| c.eject_after = 3);
         let e = ep();
         e.set_health(Health::Ready);
-        assert!(!e.record_failure(3));
-        assert!(!e.record_failure(3));
-        e.record_success(Duration::from_millis(1));
-        assert!(!e.record_failure(3));
-        assert!(!e.record_failure(3));
-        assert!(e.record_failure(3));
+        let fail = |e: &Endpoint| e.apply(HealthEffect::Failure, &ctx, &"test");
+        assert_eq!(fail(&e), Change::None);
+        assert_eq!(fail(&e), Change::None);
+        e.apply(HealthEffect::Success { rtt: Duration::from_millis(1) }, &ctx, &"test");
+        assert_eq!(fail(&e), Change::None);
+        assert_eq!(fail(&e), Change::None);
+        assert_eq!(fail(&e), Change::Ejected);
         assert_eq!(e.health(), Health::Ejected);
-        assert!(!e.record_failure(3), "already ejected");
+        assert_eq!(fail(&e), Change::None, "already ejected");
+        assert_eq!(e.apply(HealthEffect::Ready, &ctx, &"test"), Change::Recovered);
+        assert_eq!(fail(&e), Change::None);
+        let text = crate::metrics::render(&ctx.metrics.registry());
+        assert!(text.contains("gateway_ejections_total{pool=\"p\",worker=\"http://127.0.0.1:9\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn unreachable_counts_only_while_ready_and_draining_takes_it_out() {
+        let ctx = Ctx::for_tests(|c| c.eject_after = 1);
+        let e = ep();
+        assert_eq!(e.apply(HealthEffect::Unreachable, &ctx, &"test"), Change::None, "probing: not counted");
+        assert_eq!(e.health(), Health::Probing);
         e.set_health(Health::Ready);
-        assert!(!e.record_failure(3));
+        assert_eq!(e.apply(HealthEffect::Draining, &ctx, &"test"), Change::Drained);
+        assert_eq!(e.health(), Health::NotReady);
+        assert_eq!(e.apply(HealthEffect::Draining, &ctx, &"test"), Change::None);
+        e.set_health(Health::Ready);
+        assert_eq!(e.apply(HealthEffect::Unreachable, &ctx, &"test"), Change::Ejected);
     }
 
     #[test]
@@ -373,17 +445,6 @@ mod tests {
         drop(a);
         drop(b);
         assert_eq!(e.outstanding(), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn peak_ewma_jumps_up_and_decays_down() {
-        let t0 = Instant::now();
-        let mut e = PeakEwma { estimate_s: 0.010, updated: t0 };
-        e.observe(Duration::from_millis(100), t0, Duration::from_secs(10));
-        assert_eq!(e.estimate_s, 0.100);
-        tokio::time::advance(Duration::from_secs(10)).await;
-        e.observe(Duration::from_millis(10), Instant::now(), Duration::from_secs(10));
-        assert!(e.estimate_s < 0.100 && e.estimate_s > 0.010, "{}", e.estimate_s);
     }
 
     #[tokio::test(start_paused = true)]
@@ -407,5 +468,23 @@ mod tests {
         tokio::time::advance(Duration::from_secs(30)).await;
         e.observe_rtt(Duration::from_millis(5));
         assert!((e.rtt_estimate_s() - 0.005).abs() < 1e-9, "{}", e.rtt_estimate_s());
+    }
+
+    #[test]
+    fn a_retired_worker_leaves_no_series() {
+        let m = Metrics::default();
+        let registry = m.registry();
+        let e = Endpoint::new("p", "http://10.0.0.9:80", Duration::ZERO, Duration::from_secs(1), 1, Arc::default(), &m)
+            .unwrap();
+        e.count_request(&m, "ok", 0.01);
+        e.count_request(&m, "timeout", 0.01);
+        e.count_request(&m, "status_418", 0.01);
+        m.worker_ready.get_or_create(&e.labels).set(1);
+        m.ejections.get_or_create(&e.labels).inc();
+        assert!(crate::metrics::render(&registry).contains("10.0.0.9"));
+        e.retire(&m);
+        e.count_request(&m, "upstream", 0.01);
+        let text = crate::metrics::render(&registry);
+        assert!(!text.contains("10.0.0.9"), "{text}");
     }
 }

@@ -24,10 +24,17 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::endpoint::Endpoint;
+use crate::pool::{Endpoint, Pool};
+
+/// A ready worker of `pool` other than `exclude`, by power of two choices, waiting up to `wait`
+/// for one to become ready.
+pub(crate) async fn acquire(pool: &Pool, exclude: Option<&Arc<Endpoint>>, wait: Duration) -> Option<Arc<Endpoint>> {
+    let stale_after = pool.ctx().config.stale_after;
+    pool.wait_for_worker(wait, |endpoints| pick(endpoints, exclude, stale_after, &mut rand::rng())).await
+}
 
 /// The load estimate of one worker (see the module documentation).
-pub fn load(rtt_estimate_s: f64, outstanding: u64, foreign_queue: u64) -> f64 {
+fn load(rtt_estimate_s: f64, outstanding: u64, foreign_queue: u64) -> f64 {
     rtt_estimate_s.max(1e-6) * (outstanding + foreign_queue + 1) as f64
 }
 
@@ -37,7 +44,7 @@ fn endpoint_load(ep: &Endpoint, stale_after: Duration) -> f64 {
 }
 
 /// Pick a ready worker by power of two choices, never `exclude`.
-pub fn pick(
+fn pick(
     endpoints: &[Arc<Endpoint>],
     exclude: Option<&Arc<Endpoint>>,
     stale_after: Duration,
@@ -74,8 +81,8 @@ pub fn pick(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::Health;
     use crate::metrics::Metrics;
+    use crate::pool::Health;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 

@@ -1,4 +1,4 @@
-//! The gateway's own HTTP/1.1 client for workers (`gateway::upstream`) checked against hyper's
+//! The gateway's own HTTP/1.1 client for workers (this module's parent) checked against hyper's
 //! client on generated worker answers: valid and broken framing (length, chunked with extensions
 //! and trailers, close-delimited, interim answers, bodiless statuses, conflicting, signed, listed
 //! or malformed lengths, codings besides chunked, both a length and a coding, bad chunks,
@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use gateway::upstream::{Outgoing, Upstream};
 use http::{HeaderValue, Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -27,6 +26,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use super::{Outgoing, Upstream};
 
 const CASES: u64 = 600;
 /// Answers per case, asked for one after the other (on one connection where the answers allow).
@@ -306,11 +307,18 @@ async fn ours(addr: &str, n: usize, post: bool) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     for _ in 0..n {
         let out = if post {
-            Outgoing { method: &Method::POST, path_and_query: "/predict", content_type: Some(&ct), body: b"{}" }
+            Outgoing {
+                method: &Method::POST,
+                path_and_query: "/predict",
+                content_type: Some(&ct),
+                headers: &[],
+                body: b"{}",
+            }
         } else {
             Outgoing::get("/predict?query=hi")
         };
-        let r = with_deadline(upstream.request(out, MAX_BODY)).await;
+        // With the gateway's transport resend of a request a stale connection could not deliver.
+        let r = with_deadline(crate::pool::outcome::send(&upstream, out, MAX_BODY)).await;
         outcomes.push(
             r.map(|a| (a.status.as_u16(), header(a.content_type.as_ref()), header(a.retry_after.as_ref()), a.body))
                 .map_err(|_| ()),

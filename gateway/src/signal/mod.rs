@@ -1,6 +1,6 @@
 //! The scaling signal of a pool, in replica units: how many replicas the current load needs at
 //! target. Pure functions and a smoother with no I/O; the task that feeds them lives in
-//! `signal_task.rs`.
+//! [`task`].
 //!
 //! ```text
 //! queue_i    = outstanding_i + max(0, reported_queued_i + reported_in_flight_i - outstanding_at_snapshot_i)
@@ -12,6 +12,8 @@
 //! A worker with stale telemetry keeps its last fresh pressure (at least its outstanding requests
 //! over target_queue; one whole replica if it never reported) and counts as blind: the signal
 //! never falls below the number of blind workers, so losing sight of workers never scales down.
+
+pub(crate) mod task;
 
 use std::time::Duration;
 

@@ -1,33 +1,43 @@
-//! The per-pool task that turns endpoint state into the scaling signal every
-//! `--signal-interval`, publishes it on the pool's `watch` channel and sets the gauges.
+//! The task that turns every pool's worker state into its scaling signal every
+//! `--signal-interval`, publishes it on the pool's `watch` channel and sets the gauges. One task
+//! for all pools, each with its own smoother.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::metrics::{ComponentLabels, PoolLabels};
-use crate::pool::{Ctx, Pool};
-use crate::signal::{self, FreshTelemetry, PoolSignal, Smoother, Targets, WorkerView};
+use super::{FreshTelemetry, PoolSignal, Smoother, Targets, WorkerPressure, WorkerView};
+use crate::ctx::Ctx;
+use crate::metrics::{ComponentLabels, Metrics, PoolLabels, WorkerLabels};
+use crate::pool::{Pool, Pools};
 
-pub fn spawn(pool: Weak<Pool>, ctx: Arc<Ctx>) -> JoinHandle<()> {
+/// Compute and publish the signal of every pool of `pools` until they are gone.
+pub(crate) fn spawn(pools: Weak<Pools>, ctx: Arc<Ctx>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let cfg = &ctx.config;
-        let mut smoother = Smoother::new(cfg.signal_rise, cfg.signal_fall);
+        let mut smoothers: HashMap<String, Smoother> = HashMap::new();
         let mut tick = tokio::time::interval(cfg.signal_interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let Some(pool) = pool.upgrade() else { return };
-            let s = compute(&pool, &ctx, &mut smoother, Instant::now());
-            pool.publish_signal(s);
+            let Some(pools) = pools.upgrade() else { return };
+            let now = Instant::now();
+            for pool in pools.all() {
+                let smoother = smoothers
+                    .entry(pool.name.clone())
+                    .or_insert_with(|| Smoother::new(cfg.signal_rise, cfg.signal_fall));
+                let s = compute(&pool, &ctx, smoother, now);
+                pool.publish_signal(s);
+            }
         }
     })
 }
 
-/// One step of the signal: read every worker, update held pressures and gauges.
-pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> PoolSignal {
+/// One step of a pool's signal: read every worker, update held pressures and gauges.
+fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> PoolSignal {
     let cfg = &ctx.config;
     let m = &ctx.metrics;
     let targets = Targets { queue: cfg.target_queue, gpu_pct: cfg.target_gpu };
@@ -47,40 +57,17 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
         let fresh =
             fresh_snap.map(|s| FreshTelemetry { queue: (outstanding + s.foreign_queue()) as f64, gpu_pct: s.gpu_pct });
         let view = WorkerView { outstanding, fresh, held: ep.held_pressure() };
-        let p = signal::worker_pressure(&view, targets);
+        let p = super::worker_pressure(&view, targets);
         if !p.stale {
             ep.set_held_pressure(p.pressure);
         }
         ready += usize::from(ep.is_ready());
-        let l = &ep.labels;
-        m.worker_outstanding.get_or_create(l).set(outstanding as i64);
-        if let Some(f) = fresh {
-            m.worker_queue.get_or_create(l).set(f.queue);
-            match f.gpu_pct {
-                Some(g) => {
-                    m.worker_gpu.get_or_create(l).set(g);
-                }
-                None => {
-                    m.worker_gpu.remove(l);
-                }
-            }
-            match memory {
-                Some(r) => {
-                    m.worker_gpu_memory.get_or_create(l).set(r);
-                }
-                None => {
-                    m.worker_gpu_memory.remove(l);
-                }
-            }
-        }
-        m.worker_pressure.get_or_create(l).set(p.pressure);
-        m.worker_telemetry_age.get_or_create(l).set(age.map_or(f64::INFINITY, |a| a.as_secs_f64()));
-        m.worker_stale.get_or_create(l).set(i64::from(p.stale));
+        ep.with_series(m, |m| worker_gauges(m, &ep.labels, outstanding, fresh, memory, p, age));
         pressures.push(p);
     }
-    let raw = signal::pool_raw(&pressures, pool.backlog(), targets);
+    let raw = super::pool_raw(&pressures, pool.backlog(), targets);
     let smoothed = smoother.update(raw.raw, now);
-    let (value, stale) = signal::finish(smoothed, &raw);
+    let (value, stale) = super::finish(smoothed, &raw);
 
     let pl = PoolLabels { pool: pool.name.clone() };
     m.pool_signal.get_or_create(&pl).set(value);
@@ -121,4 +108,39 @@ pub fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) ->
         targets_gpu_pct: targets.gpu_pct,
         updated_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
     }
+}
+
+/// The per-worker gauges of one step.
+fn worker_gauges(
+    m: &Metrics,
+    l: &WorkerLabels,
+    outstanding: u64,
+    fresh: Option<FreshTelemetry>,
+    memory: Option<f64>,
+    p: WorkerPressure,
+    age: Option<Duration>,
+) {
+    m.worker_outstanding.get_or_create(l).set(outstanding as i64);
+    if let Some(f) = fresh {
+        m.worker_queue.get_or_create(l).set(f.queue);
+        match f.gpu_pct {
+            Some(g) => {
+                m.worker_gpu.get_or_create(l).set(g / 100.0);
+            }
+            None => {
+                m.worker_gpu.remove(l);
+            }
+        }
+        match memory {
+            Some(r) => {
+                m.worker_gpu_memory.get_or_create(l).set(r);
+            }
+            None => {
+                m.worker_gpu_memory.remove(l);
+            }
+        }
+    }
+    m.worker_pressure.get_or_create(l).set(p.pressure);
+    m.worker_telemetry_age.get_or_create(l).set(age.map_or(f64::INFINITY, |a| a.as_secs_f64()));
+    m.worker_stale.get_or_create(l).set(i64::from(p.stale));
 }

@@ -1,0 +1,94 @@
+//! The admin port: what operators and the autoscaler read (`/metrics`, `/v1/pools`,
+//! `/v1/signal`, `/pools/{pool}/signal`) and the health routes. Worker addresses and the signal
+//! are not the clients' business: this port is loopback by default (`--admin-listen`).
+
+use std::future::Future;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use http::header;
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+use super::{AppState, healthz, listener, method_not_allowed, not_found, readyz};
+use crate::error::RequestError;
+use crate::metrics;
+use crate::pool::{Pool, WorkerStatus};
+use crate::signal::PoolSignal;
+
+/// The admin port's router.
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_handler))
+        .route("/v1/pools", get(pools_view))
+        .route("/v1/signal", get(signals))
+        .route("/pools/{pool}/signal", get(pool_signal))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+/// Serve operators on `listener` until `shutdown` resolves.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let router = router(state);
+    let handler = move |req: http::Request<hyper::body::Incoming>| {
+        let router = router.clone();
+        async move {
+            match router.oneshot(req.map(Body::new)).await {
+                Ok(r) => r,
+                Err(e) => match e {},
+            }
+        }
+    };
+    listener::serve(listener, handler, shutdown).await
+}
+
+fn current_signal(pool: &Pool) -> PoolSignal {
+    pool.signal().borrow().clone()
+}
+
+async fn signals(State(state): State<AppState>) -> Json<Vec<PoolSignal>> {
+    Json(state.pools.all().iter().map(|p| current_signal(p)).collect())
+}
+
+async fn pool_signal(State(state): State<AppState>, Path(pool): Path<String>) -> Response {
+    match state.pools.get(&pool) {
+        Some(p) => Json(current_signal(&p)).into_response(),
+        None => RequestError::UnknownPool(pool).into_response(),
+    }
+}
+
+#[derive(Serialize)]
+struct PoolView {
+    pool: String,
+    backlog: u64,
+    workers: Vec<WorkerStatus>,
+}
+
+/// Every pool's workers (debugging).
+async fn pools_view(State(state): State<AppState>) -> Json<Vec<PoolView>> {
+    Json(
+        state
+            .pools
+            .all()
+            .iter()
+            .map(|p| PoolView { pool: p.name.clone(), backlog: p.backlog(), workers: p.workers() })
+            .collect(),
+    )
+}
+
+async fn metrics_handler(State(state): State<AppState>) -> Response {
+    let body = metrics::render(&state.registry);
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], Body::from(body))
+        .into_response()
+}

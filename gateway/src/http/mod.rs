@@ -1,0 +1,82 @@
+//! The gateway's HTTP surface: two listeners, one for clients and one for operators.
+//!
+//! | Route | client port (`--listen`) | admin port (`--admin-listen`) |
+//! |---|---|---|
+//! | `GET`/`POST /predict`, `/pools/{pool}/predict` | [`predict::handle`], the one entry | – |
+//! | `GET /healthz`, `GET /readyz` | yes | yes |
+//! | `GET /metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal` | – | yes |
+//! | anything else | 404 `not_found` (405 for a wrong method) | the same |
+//!
+//! The client port's service sends every predict route to the predict entry (admission,
+//! request identity, the forward) and everything else to a small router ([`client`]); the admin
+//! port is an axum router ([`admin`]). Both are served by the same accept loop ([`listener`]).
+
+mod admin;
+mod admission;
+mod client;
+mod listener;
+mod predict;
+mod trace;
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use prometheus_client::registry::Registry;
+
+pub(crate) use admin::serve as serve_admin;
+pub(crate) use client::serve as serve_client;
+
+use crate::error::RequestError;
+use crate::pool::Pools;
+use admission::Admission;
+
+/// What every handler of both ports shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) pools: Arc<Pools>,
+    admission: Arc<Admission>,
+    registry: Arc<Registry>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    pub(crate) fn new(pools: Arc<Pools>) -> Self {
+        let ctx = pools.ctx();
+        let admission = Arc::new(Admission::new(ctx.config.max_outstanding, ctx.config.retry_after_s, &ctx.metrics));
+        let registry = Arc::new(ctx.metrics.registry());
+        Self { pools, admission, registry }
+    }
+
+    fn default_pool(&self) -> &str {
+        &self.pools.ctx().config.default_pool
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Ready when the default pool has a worker receiving traffic.
+async fn readyz(State(state): State<AppState>) -> Response {
+    let ready = state.pools.get(state.default_pool()).is_some_and(|p| p.endpoints().iter().any(|e| e.is_ready()));
+    if ready {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        RequestError::NoWorker { pool: state.default_pool().to_owned(), retry_after_s: 1 }.into_response()
+    }
+}
+
+async fn not_found(req: Request) -> Response {
+    RequestError::NotFound(req.uri().path().to_owned()).into_response()
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    RequestError::MethodNotAllowed(req.method().to_string()).into_response()
+}

@@ -1,0 +1,148 @@
+//! The one way into a prediction. Every predict route of the client port (`/predict` for the
+//! default pool, `/pools/{pool}/predict`) comes to [`handle`], and only there is a request
+//! admitted, identified, buffered and forwarded. Per-request policy for predictions belongs in
+//! [`handle`], not in a router layer: the client port's router serves only its other routes.
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::uri::PathAndQuery;
+use http::{HeaderValue, Method, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Body as HttpBody;
+
+use super::AppState;
+use super::trace::{Ids, X_REQUEST_ID};
+use crate::error::RequestError;
+use crate::routing::{self, Incoming};
+use crate::upstream::Answer;
+
+/// A predict route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Route {
+    /// `/predict`: the default pool.
+    Default,
+    /// `/pools/{pool}/predict` (the pool name percent-decoded, as a path parameter is).
+    Pool(String),
+}
+
+/// The predict route `path` is, if any: a string comparison for `/predict` (the hot path).
+pub(super) fn route(path: &str) -> Option<Route> {
+    if path == "/predict" {
+        return Some(Route::Default);
+    }
+    let pool = path.strip_prefix("/pools/")?.strip_suffix("/predict")?;
+    if pool.is_empty() || pool.contains('/') {
+        return None;
+    }
+    Some(Route::Pool(percent_encoding::percent_decode_str(pool).decode_utf8_lossy().into_owned()))
+}
+
+/// Serve one request to a predict route of pool `pool`: admission, request identity, the body
+/// (bounded), the forward to a worker with its retry budget, and the answer with the request id.
+pub(super) async fn handle<B>(state: &AppState, pool: &str, req: http::Request<B>) -> Response
+where
+    B: HttpBody<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    // HEAD as a GET without the body, as routers do.
+    if !matches!(*req.method(), Method::GET | Method::POST | Method::HEAD) {
+        return RequestError::MethodNotAllowed(req.method().to_string()).into_response();
+    }
+    let ids = Ids::from_headers(req.headers());
+    let mut resp = match admitted(state, pool, req, &ids).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            // Its log line ("request failed") carries the request's ids.
+            let _span = ids.span(pool).entered();
+            e.into_response()
+        }
+    };
+    resp.headers_mut().insert(&X_REQUEST_ID, ids.request_id);
+    resp
+}
+
+async fn admitted<B>(state: &AppState, pool: &str, req: http::Request<B>, ids: &Ids) -> Result<Response, RequestError>
+where
+    B: HttpBody<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let _admitted = state.admission.admit()?;
+    let pool_name = pool;
+    let Some(pool) = state.pools.get(pool) else {
+        return Err(RequestError::UnknownPool(pool.to_owned()));
+    };
+    let (headers, n) = ids.headers();
+    // The request's log span, made only when something is logged about the request (a retry,
+    // an ejection, a draining worker, an error): on the success path nothing is, and a span per
+    // request costs as much as the rest of the gateway's work for it when the log takes it.
+    let span = || ids.span(pool_name);
+    let inc = incoming(req, state.pools.ctx().config.max_body_bytes, &headers[..n], &span).await?;
+    routing::forward(&pool, &inc).await.map(response)
+}
+
+/// Buffer the client's request (bounded), keeping what the worker needs.
+async fn incoming<'a, B>(
+    req: http::Request<B>,
+    max_body: usize,
+    headers: &'a [(&'static str, &'a HeaderValue)],
+    span: &'a (dyn Fn() -> tracing::Span + Sync),
+) -> Result<Incoming<'a>, RequestError>
+where
+    B: HttpBody<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (parts, body) = req.into_parts();
+    // `/predict?...` is forwarded as it came (a cheap clone of the parsed URI's bytes); other
+    // routes (`/pools/{pool}/predict`) become `/predict` with the same query.
+    let path_and_query = match parts.uri.path_and_query() {
+        Some(pq) if pq.path() == "/predict" => pq.clone(),
+        _ => {
+            let pq = match parts.uri.query() {
+                Some(q) => format!("/predict?{q}"),
+                None => "/predict".to_owned(),
+            };
+            PathAndQuery::try_from(pq).map_err(|e| RequestError::InvalidRequest(format!("bad path: {e}")))?
+        }
+    };
+    let body = if parts.method == Method::GET {
+        bytes::Bytes::new()
+    } else {
+        Limited::new(body, max_body).collect().await.map_err(|_| RequestError::TooLarge(max_body))?.to_bytes()
+    };
+    Ok(Incoming {
+        method: parts.method,
+        path_and_query,
+        content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
+        headers,
+        span,
+        body,
+    })
+}
+
+/// The worker's answer as the client gets it: status, `Content-Type`, `Retry-After`, body.
+fn response(a: Answer) -> Response {
+    let mut resp = Response::new(Body::from(a.body));
+    *resp.status_mut() = a.status;
+    if let Some(v) = a.content_type {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    if let Some(v) = a.retry_after {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predict_routes_and_only_those() {
+        assert_eq!(route("/predict"), Some(Route::Default));
+        assert_eq!(route("/pools/big/predict"), Some(Route::Pool("big".into())));
+        assert_eq!(route("/pools/my%20pool/predict"), Some(Route::Pool("my pool".into())));
+        for other in ["/predict/", "/pools//predict", "/pools/a/b/predict", "/pools/big/predict/", "/v1/signal", "/"] {
+            assert_eq!(route(other), None, "{other}");
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Forwarding one client request to a worker of a pool: pick a worker (`balance`), send, classify
+//! the outcome (`pool::outcome`), and retry on another worker while the budget allows (`retry`);
+//! every request is counted in `gateway_requests_total` and its latency observed.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::uri::PathAndQuery;
+use http::{HeaderValue, Method};
+use tokio::time::Instant;
+use wire::ErrorType;
+
+use super::balance;
+use super::retry::Budget;
+use crate::error::RequestError;
+use crate::metrics::{RequestLabels, RetryLabels};
+use crate::pool::outcome::{self, Call, HealthEffect, Outcome, Verdict};
+use crate::pool::{Change, Endpoint, Pool};
+use crate::upstream::{Answer, Outgoing};
+
+/// Largest worker answer the gateway buffers.
+const MAX_RESPONSE_BYTES: usize = 8 << 20;
+
+/// A client request, buffered so that it can be sent twice.
+pub(crate) struct Incoming<'a> {
+    pub(crate) method: Method,
+    /// Path and query sent to the worker, e.g. `/predict?query=hi`.
+    pub(crate) path_and_query: PathAndQuery,
+    pub(crate) content_type: Option<HeaderValue>,
+    /// Passed to the worker as they are (`x-request-id`, `traceparent`).
+    pub(crate) headers: &'a [(&'static str, &'a HeaderValue)],
+    /// Makes the request's log span (its ids), to enter where something is logged about it.
+    pub(crate) span: &'a (dyn Fn() -> tracing::Span + Sync),
+    pub(crate) body: Bytes,
+}
+
+/// How one attempt ended, for the request.
+enum Attempt {
+    /// The worker's answer goes to the client; `error_type` from its error body, if any.
+    Answer(Answer, Option<ErrorType>),
+    /// May go to another worker; `error` is the client's answer if it cannot.
+    Retry {
+        error: RequestError,
+        reason: outcome::RetryReason,
+    },
+    Timeout,
+}
+
+/// Forward `req` to a worker of `pool`, retrying on another one where the outcome policy and the
+/// budget allow; records the request's metrics.
+pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, RequestError> {
+    let start = Instant::now();
+    let ctx = Arc::clone(pool.ctx());
+    let cfg = &ctx.config;
+    let mut budget = Budget::new(start, cfg.request_timeout);
+    let mut wait = cfg.no_worker_wait;
+    let mut tried: Option<(Arc<Endpoint>, RequestError, outcome::RetryReason)> = None;
+
+    let (worker, result) = loop {
+        let exclude = tried.as_ref().map(|(ep, ..)| ep);
+        let Some(ep) = balance::acquire(pool, exclude, wait).await else {
+            break match tried {
+                Some((ep, error, _)) => (Some(ep), Err(error)),
+                None => {
+                    (None, Err(RequestError::NoWorker { pool: pool.name.clone(), retry_after_s: cfg.retry_after_s }))
+                }
+            };
+        };
+        if let Some((first, _, reason)) = &tried {
+            ctx.metrics
+                .retries
+                .get_or_create(&RetryLabels { pool: pool.name.clone(), reason: reason.as_str().to_owned() })
+                .inc();
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let _span = (req.span)().entered();
+                tracing::debug!(pool = %pool.name, from = %first.url, to = %ep.url, reason = reason.as_str(), "retrying");
+            }
+        }
+        match attempt(pool, &ep, req, budget.attempt_deadline()).await {
+            Attempt::Answer(a, error_type) => break (Some(ep), Ok((a, error_type))),
+            Attempt::Timeout => break (Some(ep), Err(RequestError::Timeout)),
+            Attempt::Retry { error, reason } => {
+                if !budget.take_retry() {
+                    break (Some(ep), Err(error));
+                }
+                wait = budget.worker_wait(Instant::now(), cfg.no_worker_wait);
+                tried = Some((ep, error, reason));
+            }
+        }
+    };
+
+    let elapsed = start.elapsed().as_secs_f64();
+    let outcome: Cow<'static, str> = match &result {
+        Ok((a, _)) if a.status.is_success() => Cow::Borrowed("ok"),
+        Ok((a, error_type)) => error_type
+            .map_or_else(|| Cow::Owned(format!("status_{}", a.status.as_u16())), |t| Cow::Borrowed(t.as_str())),
+        Err(e) => Cow::Borrowed(e.error_type().as_str()),
+    };
+    match &worker {
+        Some(w) => w.count_request(&ctx.metrics, &outcome, elapsed),
+        None => {
+            let labels =
+                RequestLabels { pool: pool.name.clone(), worker: "none".to_owned(), outcome: outcome.into_owned() };
+            ctx.metrics.requests.get_or_create(&labels).inc();
+            ctx.metrics.latency.get_or_create(&labels).observe(elapsed);
+        }
+    }
+    result.map(|(a, _)| a)
+}
+
+/// One attempt on one worker, classified by the outcome policy, its health effect applied.
+async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: Instant) -> Attempt {
+    let ctx = pool.ctx();
+    let _in_flight = ep.start();
+    let out = Outgoing {
+        method: &req.method,
+        path_and_query: req.path_and_query.as_str(),
+        content_type: req.content_type.as_ref(),
+        headers: req.headers,
+        body: &req.body,
+    };
+    let sent = Instant::now();
+    let result = tokio::time::timeout_at(deadline, outcome::send(&ep.upstream, out, MAX_RESPONSE_BYTES)).await;
+    let error_type = match &result {
+        Ok(Ok(a)) if !a.status.is_success() => {
+            serde_json::from_slice::<wire::ErrorBody>(&a.body).ok().map(|b| b.error_type)
+        }
+        _ => None,
+    };
+    let o = match &result {
+        Ok(Ok(a)) => Outcome::Answered { status: a.status, error_type, rtt: sent.elapsed() },
+        Ok(Err(e)) => Outcome::Failed(e),
+        Err(_) => Outcome::TimedOut,
+    };
+    let classified = outcome::classify(Call::Predict, &o);
+    let why: &dyn std::fmt::Display = match &o {
+        Outcome::Failed(e) => e,
+        Outcome::TimedOut => &"timeout",
+        Outcome::Answered { .. } => &"server error",
+    };
+    // What may be logged (an ejection, a draining worker) is logged in the request's span.
+    let span =
+        matches!(classified.health, HealthEffect::Failure | HealthEffect::Draining).then(|| (req.span)().entered());
+    if ep.apply(classified.health, ctx, why) == Change::Drained {
+        tracing::info!(pool = %ep.pool, worker = %ep.url, "worker draining");
+    }
+    drop(span);
+    match (classified.verdict, result) {
+        (Verdict::Answer, Ok(Ok(a))) => Attempt::Answer(a, error_type),
+        (Verdict::Retry(reason), Ok(Err(e))) => {
+            Attempt::Retry { error: RequestError::Upstream(format!("{}: {e}", ep.url)), reason }
+        }
+        (Verdict::Retry(reason), _) => Attempt::Retry {
+            error: RequestError::Draining { pool: ep.pool.clone(), retry_after_s: ctx.config.retry_after_s },
+            reason,
+        },
+        // `Answer` comes with an answer; what is left is the deadline.
+        (Verdict::Timeout | Verdict::Answer, _) => Attempt::Timeout,
+    }
+}
