@@ -192,9 +192,19 @@ mod tests {
         assert!(v.schema_matches());
         assert!(v.ready && !v.draining);
         assert_eq!(v.reported_queue(), 7);
-        assert_eq!(v.reported_queue_tokens(), None, "absent: not a zero");
+        assert_eq!(v.reported_queue_tokens(), Some(70));
         assert_eq!(v.gpu_utilization_pct(), Some(80.0));
         assert_eq!(v.gpu_memory_used_ratio(), Some(0.25));
+    }
+
+    #[test]
+    fn a_worker_without_token_figures_has_no_token_queue_not_a_zero() {
+        let mut v = full(gpu(false, None));
+        let queue = v["queue"].as_object_mut().unwrap();
+        queue.remove("queued_tokens");
+        queue.remove("in_flight_tokens");
+        assert_eq!(view(&v).reported_queue_tokens(), None);
+        assert_eq!(view(&v).reported_queue(), 7);
     }
 
     #[test]
