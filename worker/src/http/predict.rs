@@ -66,6 +66,11 @@ fn check_utf8(raw: &str) -> Result<(), ApiError> {
 
 /// A `POST /predict` body.
 pub fn parse_body(body: &[u8]) -> Result<Call, ApiError> {
+    // serde's derived `Deserialize` also reads a struct from a JSON array (`["jazz"]` would be
+    // `{"query": "jazz"}`): the body must be an object, as documented.
+    if body.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r')) != Some(&b'{') {
+        return Err(ApiError::Invalid("body is not a valid request: expected a JSON object".into()));
+    }
     let req: PredictRequest =
         serde_json::from_slice(body).map_err(|e| ApiError::Invalid(format!("body is not a valid request: {e}")))?;
     match (req.query, req.queries) {
@@ -209,6 +214,12 @@ mod tests {
                 }
                 Err(e) => prop_assert_eq!(e.error_type(), ErrorType::InvalidRequest, "{}", e),
             }
+        }
+
+        #[test]
+        fn a_json_array_is_not_a_request(v in json_value()) {
+            let body = serde_json::to_vec(&serde_json::Value::Array(vec![v])).unwrap();
+            prop_assert_eq!(parse_body(&body).map(|c| c.queries).unwrap_err().error_type(), ErrorType::InvalidRequest);
         }
 
         #[test]
