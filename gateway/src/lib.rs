@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod endpoint;
 pub mod error;
 pub mod metrics;
+pub mod metrics_api;
 pub mod monitor;
 pub mod pool;
 pub mod proxy;
@@ -99,6 +100,13 @@ pub async fn run(config: Config) -> Result<(), GatewayError> {
                 tracing::error!(error = %e, "metrics listener failed");
             }
         });
+    }
+    let source: Arc<dyn metrics_api::PoolSource> = gateway.pools.clone();
+    let api = metrics_api::spawn(&state.pools.ctx().config.metrics_api, source, state.pools.ctx().metrics.api.clone())
+        .await
+        .map_err(|e| GatewayError::Config(e.to_string()))?;
+    if let Some(api) = &api {
+        println!("metrics API listening on https://{}", api.addr);
     }
     server::serve(listener, state, shutdown()).await?;
     tracing::info!("gateway stopped");
