@@ -41,7 +41,7 @@ use tokio::net::TcpListener;
 pub use app::{ApiState, PathRule, app};
 pub use authz::{Authorizer, KubeReviewer, Review, Reviewer};
 pub use config::{AuthorizationMode, MetricsApiConfig};
-pub use metrics::ApiMetrics;
+pub use metrics::{ApiMetrics, ResultLabels};
 pub use source::{PoolSource, PoolView};
 
 use crate::pool::AbortOnDrop;

@@ -7,6 +7,9 @@
 //! The handshake asks for a client certificate and proves the client holds its key, but does not
 //! judge the chain: kubelet probes reach `/healthz` without one, and a chain no CA signed must
 //! get a 401 `Status`, not a TLS alert. [`super::authn`] verifies it.
+//!
+//! A new certificate also starts new session-resumption state: a resumed session would skip the
+//! certificate, so without that, clients holding a ticket would go on seeing the old one.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -77,6 +80,17 @@ impl ClientCertVerifier for RequestClientCert {
 struct Parts {
     cert: Arc<CertifiedKey>,
     hints: Vec<DistinguishedName>,
+    /// Session resumption state, shared by the configurations built for one certificate.
+    sessions: Arc<dyn StoresServerSessions>,
+    tickets: Arc<dyn ProducesTickets>,
+}
+
+type Resumption = (Arc<dyn StoresServerSessions>, Arc<dyn ProducesTickets>);
+
+fn resumption() -> Result<Resumption, String> {
+    let tickets: Arc<dyn ProducesTickets> =
+        rustls::crypto::ring::Ticketer::new().map_err(|e| format!("TLS session tickets: {e}"))?;
+    Ok((ServerSessionMemoryCache::new(1024), tickets))
 }
 
 /// The current server configuration and what it is built from.
@@ -84,8 +98,6 @@ pub struct TlsState {
     current: ArcSwap<ServerConfig>,
     parts: Mutex<Parts>,
     provider: Arc<CryptoProvider>,
-    sessions: Arc<dyn StoresServerSessions>,
-    tickets: Arc<dyn ProducesTickets>,
 }
 
 impl std::fmt::Debug for TlsState {
@@ -101,12 +113,10 @@ pub fn provider() -> Arc<CryptoProvider> {
 impl TlsState {
     pub fn new(cert: Arc<CertifiedKey>, hints: Vec<DistinguishedName>) -> Result<Self, String> {
         let provider = provider();
-        let tickets: Arc<dyn ProducesTickets> =
-            rustls::crypto::ring::Ticketer::new().map_err(|e| format!("TLS session tickets: {e}"))?;
-        let sessions: Arc<dyn StoresServerSessions> = ServerSessionMemoryCache::new(1024);
-        let parts = Parts { cert, hints };
-        let config = build(&provider, &parts, &sessions, &tickets)?;
-        Ok(Self { current: ArcSwap::new(config), parts: Mutex::new(parts), provider, sessions, tickets })
+        let (sessions, tickets) = resumption()?;
+        let parts = Parts { cert, hints, sessions, tickets };
+        let config = build(&provider, &parts)?;
+        Ok(Self { current: ArcSwap::new(config), parts: Mutex::new(parts), provider })
     }
 
     /// The configuration for the next connection.
@@ -124,12 +134,18 @@ impl TlsState {
             Err(p) => p.into_inner(),
         };
         f(&mut parts);
-        self.current.store(build(&self.provider, &parts, &self.sessions, &self.tickets)?);
+        self.current.store(build(&self.provider, &parts)?);
         Ok(())
     }
 
+    /// Serve `cert` to new connections (with fresh resumption state).
     pub fn set_cert(&self, cert: Arc<CertifiedKey>) -> Result<(), String> {
-        self.update(|p| p.cert = cert)
+        let (sessions, tickets) = resumption()?;
+        self.update(|p| {
+            p.cert = cert;
+            p.sessions = sessions;
+            p.tickets = tickets;
+        })
     }
 
     pub fn set_hints(&self, hints: Vec<DistinguishedName>) -> Result<(), String> {
@@ -137,12 +153,7 @@ impl TlsState {
     }
 }
 
-fn build(
-    provider: &Arc<CryptoProvider>,
-    parts: &Parts,
-    sessions: &Arc<dyn StoresServerSessions>,
-    tickets: &Arc<dyn ProducesTickets>,
-) -> Result<Arc<ServerConfig>, String> {
+fn build(provider: &Arc<CryptoProvider>, parts: &Parts) -> Result<Arc<ServerConfig>, String> {
     let verifier =
         RequestClientCert { hints: parts.hints.clone(), algorithms: provider.signature_verification_algorithms };
     let mut cfg = ServerConfig::builder_with_provider(Arc::clone(provider))
@@ -151,8 +162,8 @@ fn build(
         .with_client_cert_verifier(Arc::new(verifier))
         .with_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::clone(&parts.cert))));
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    cfg.session_storage = Arc::clone(sessions);
-    cfg.ticketer = Arc::clone(tickets);
+    cfg.session_storage = Arc::clone(&parts.sessions);
+    cfg.ticketer = Arc::clone(&parts.tickets);
     Ok(Arc::new(cfg))
 }
 

@@ -408,3 +408,64 @@ impl Files {
 pub fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
+
+/// Accepts any server certificate (to read a self-signed one and compare its fingerprint).
+#[derive(Debug)]
+pub struct AnyServerCert(pub Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A client that trusts any server certificate, presenting `identity`.
+pub fn insecure_client_config(identity: &Identity) -> Arc<rustls::ClientConfig> {
+    let p = provider();
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::clone(&p))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServerCert(p)))
+        .with_client_auth_cert(
+            vec![identity.der()],
+            PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    Arc::new(cfg)
+}
+
+/// SHA-256 of a DER certificate as the gateway logs it (`AB:CD:...`).
+pub fn fingerprint(der: &CertificateDer<'_>) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
+    d.as_ref().iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":")
+}
