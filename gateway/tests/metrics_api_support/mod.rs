@@ -180,6 +180,16 @@ impl Conn {
         Ok(Answer { status, headers, body, raw })
     }
 
+    /// The status only; the body is read but not parsed (the benchmark's client).
+    pub async fn status(&mut self, path: &str) -> Result<StatusCode, String> {
+        let req = Request::get(path).header("host", "localhost").body(Full::new(Bytes::new())).unwrap();
+        self.send.ready().await.map_err(|e| e.to_string())?;
+        let resp = self.send.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        resp.into_body().collect().await.map_err(|e| e.to_string())?;
+        Ok(status)
+    }
+
     pub async fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> Answer {
         self.try_get(path, headers).await.unwrap_or_else(|e| panic!("GET {path}: {e}"))
     }
