@@ -21,7 +21,8 @@
 //! Environment: `WORKER_BIN`, `ORT_DYLIB_PATH`, `WORKER_MODEL` (required); `RUN` (1), `OUT`
 //! (benches/out/metrics_api), `STEP_CLIENTS` (64), `STEPS` (2 per target), `LOAD_S` (8),
 //! `POLL_MS` (20), `CLIENTS` (100), `DURATION_S` (10), `PACE_MS` (100), `GATEWAY_CORE`, `WORKER_CORE` (taskset
-//! lists; unset: no pinning).
+//! lists; unset: no pinning), `WRAP` (a command the worker and the gateway run under, e.g.
+//! `chrt -f 10`).
 
 #[path = "../../gateway/tests/metrics_api_support/mod.rs"]
 mod support;
@@ -49,15 +50,17 @@ fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
     std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
 }
 
+/// `bin` under `taskset -c core` when a core is given, and under `WRAP` (e.g. `chrt -f 10`).
 fn pinned(core: Option<String>, bin: &str) -> Command {
-    match core {
-        Some(c) => {
-            let mut cmd = Command::new("taskset");
-            cmd.args(["-c", &c, bin]);
-            cmd
-        }
-        None => Command::new(bin),
+    let mut argv: Vec<String> =
+        std::env::var("WRAP").unwrap_or_default().split_whitespace().map(str::to_owned).collect();
+    if let Some(c) = core {
+        argv.extend(["taskset".to_owned(), "-c".to_owned(), c]);
     }
+    argv.push(bin.to_owned());
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
+    cmd
 }
 
 /// Start `cmd`, wait for a stdout line starting with `prefix`, return the rest of it.
@@ -115,14 +118,16 @@ async fn main() {
     w.args(["--listen", "127.0.0.1:0", "--model", &model, "--threads", "1"]).env("RUST_LOG", "warn");
     let (_worker, worker_url) = start(w, "listening on ").await;
 
+    let (admin_flag, admin_line) = admin_port();
     let mut g = pinned(std::env::var("GATEWAY_CORE").ok(), env!("CARGO_BIN_EXE_gateway"));
     g.args(["--listen", "127.0.0.1:0", "--worker", &worker_url, "--signal-fall", "2s", "--log", "warn"])
+        .args([admin_flag, "127.0.0.1:0"])
         .args(["--metrics-api-listen", "127.0.0.1:0"])
         .args(["--tls-cert-file", &path_str(&dir.write("tls.crt", &serving.cert_pem))])
         .args(["--tls-private-key-file", &path_str(&dir.write("tls.key", &serving.key_pem))])
         .args(["--client-ca-file", &path_str(&dir.write("client-ca.pem", &client_ca.pem))])
         .args(["--authorization-kubeconfig", &path_str(&mock.kubeconfig)]);
-    let mut gw = spawn_gateway(g).await;
+    let mut gw = spawn_gateway(g, admin_line).await;
     let api_addr: std::net::SocketAddr = gw.api.parse().unwrap();
     let cfg = client_config(&server_ca, Some(&client_ca.client("hpa", &["system:serviceaccounts"])));
     let mut poll = Conn::open(api_addr, Arc::clone(&cfg)).await.unwrap();
@@ -213,8 +218,9 @@ async fn main() {
     //    PACE_MS, latency from the scheduled send, so a stall counts for every request it
     //    delays), then closed-loop (as fast as they can: the capacity).
     let pace_ms: u64 = env_or("PACE_MS", 100);
-    let paced = load(api_addr, &cfg, clients, duration_s, Some(Duration::from_millis(pace_ms)), run, &mock).await;
-    let closed = load(api_addr, &cfg, clients, duration_s, None, run, &mock).await;
+    let probe = Probe { http: http.clone(), admin: gw.admin.clone(), pid: gw.child.id(), core: core(), mock };
+    let paced = load(api_addr, &cfg, clients, duration_s, Some(Duration::from_millis(pace_ms)), run, &probe).await;
+    let closed = load(api_addr, &cfg, clients, duration_s, None, run, &probe).await;
     let summary = json!({"steps": step_rows, "paced": paced, "closed": closed});
     std::fs::write(out.join(format!("summary-{run}.json")), serde_json::to_vec_pretty(&summary).unwrap()).unwrap();
     println!("{summary}");
@@ -230,7 +236,7 @@ async fn load(
     duration_s: u64,
     pace: Option<Duration>,
     run: u32,
-    mock: &MockApi,
+    probe: &Probe,
 ) -> serde_json::Value {
     let mut conns = Vec::new();
     for _ in 0..clients {
@@ -246,13 +252,14 @@ async fn load(
         .map(|(i, mut c)| {
             let path = path.clone();
             tokio::spawn(async move {
-                let (mut lat, mut errors) = (Vec::new(), 0u64);
+                let (mut lat, mut lag, mut errors) = (Vec::new(), Vec::new(), 0u64);
                 let mut next = start_all + pace.map_or(Duration::ZERO, |p| p * i as u32 / clients as u32);
                 loop {
                     // Paced: timed from when the request should have been sent.
                     let t = match pace {
                         Some(p) => {
                             tokio::time::sleep_until(next).await;
+                            lag.push(next.elapsed().as_secs_f64() * 1000.0);
                             next += p;
                             next - p
                         }
@@ -270,24 +277,44 @@ async fn load(
                         }
                     }
                 }
-                (lat, errors)
+                (lat, lag, errors)
             })
         })
         .collect();
-    let (mut lat, mut errors) = (Vec::new(), 0);
+    tokio::time::sleep_until(start_all + warmup).await;
+    let (hist0, cpu0) = (probe.histogram().await, probe.cpu());
+    tokio::time::sleep_until(start_all + warmup + window).await;
+    let (hist1, cpu1) = (probe.histogram().await, probe.cpu());
+    let (mut lat, mut lag, mut errors) = (Vec::new(), Vec::new(), 0);
     for t in tasks {
-        let (l, e) = t.await.unwrap();
+        let (l, g, e) = t.await.unwrap();
         lat.extend(l);
+        lag.extend(g);
         errors += e;
     }
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    lag.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let server = hist1.iter().zip(&hist0).map(|((le, a), (_, b))| (*le, a - b)).collect::<Vec<_>>();
+    let (gateway_cpu, others_cpu) = match (cpu0, cpu1) {
+        (Some((t0, c0, g0)), Some((t1, c1, g1))) if t1 > t0 => {
+            let total = (t1 - t0) as f64;
+            (
+                ((g1 - g0) as f64 / total * 100.0).round(),
+                (((c1 - c0) as f64 - (g1 - g0) as f64).max(0.0) / total * 100.0).round(),
+            )
+        }
+        _ => (f64::NAN, f64::NAN),
+    };
     let r = json!({"run": run, "clients": clients, "pace_ms": pace.map(|p| p.as_millis() as u64),
                    "seconds": duration_s, "requests": lat.len(), "errors": errors,
                    "req_per_s": (lat.len() as f64 / window.as_secs_f64()).round(),
                    "p50_ms": percentile(&lat, 0.50), "p90_ms": percentile(&lat, 0.90),
                    "p99_ms": percentile(&lat, 0.99), "p999_ms": percentile(&lat, 0.999),
                    "max_ms": lat.last().copied().unwrap_or(f64::NAN),
-                   "subject_access_reviews": mock.reviews().len()});
+                   "client_wake_lag_p99_ms": percentile(&lag, 0.99),
+                   "server_p50_le_ms": bucket_quantile(&server, 0.50), "server_p99_le_ms": bucket_quantile(&server, 0.99),
+                   "gateway_core_gateway_pct": gateway_cpu, "gateway_core_others_pct": others_cpu,
+                   "subject_access_reviews": probe.mock.reviews().len()});
     eprintln!("load {r}");
     r
 }
@@ -296,20 +323,89 @@ struct Gw {
     child: Child,
     url: String,
     api: String,
+    admin: String,
+}
+
+/// The flag and the printed line of the gateway's port serving `/metrics`: `--admin-listen`
+/// where the gateway has it, else `--metrics-listen`.
+fn admin_port() -> (&'static str, &'static str) {
+    let help =
+        std::process::Command::new(env!("CARGO_BIN_EXE_gateway")).arg("--help").output().expect("gateway --help");
+    if String::from_utf8_lossy(&help.stdout).contains("--admin-listen") {
+        ("--admin-listen", "admin listening on ")
+    } else {
+        ("--metrics-listen", "metrics listening on ")
+    }
+}
+
+/// The core the gateway is pinned to (`GATEWAY_CORE` holding one number).
+fn core() -> Option<usize> {
+    std::env::var("GATEWAY_CORE").ok()?.trim().parse().ok()
+}
+
+/// What the gateway process and its core did during a window.
+struct Probe {
+    http: Client<HttpConnector, Full<Bytes>>,
+    admin: String,
+    pid: Option<u32>,
+    core: Option<usize>,
+    /// The mocked kube-apiserver (how many SubjectAccessReviews it answered).
+    mock: MockApi,
+}
+
+impl Probe {
+    /// Cumulative counts of `gateway_metrics_api_request_duration_seconds` by upper bound.
+    async fn histogram(&self) -> Vec<(f64, f64)> {
+        let req = http::Request::get(format!("{}/metrics", self.admin)).body(Full::new(Bytes::new())).unwrap();
+        let Ok(resp) = self.http.request(req).await else { return Vec::new() };
+        let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        String::from_utf8_lossy(&body)
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("gateway_metrics_api_request_duration_seconds_bucket{le=\"")?;
+                let (le, count) = rest.split_once("\"} ")?;
+                let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+                Some((le, count.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// (core's total ticks, core's busy ticks, the gateway's ticks) from /proc.
+    fn cpu(&self) -> Option<(u64, u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let prefix = format!("cpu{} ", self.core?);
+        let line = stat.lines().find(|l| l.starts_with(&prefix))?;
+        let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+        let busy = f[0] + f[1] + f[2] + f[5] + f[6] + f.get(7).copied().unwrap_or(0);
+        let total = busy + f[3] + f[4];
+        let p = std::fs::read_to_string(format!("/proc/{}/stat", self.pid?)).ok()?;
+        let after = &p[p.rfind(')')? + 2..];
+        let g: Vec<u64> = after.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        // Fields 14 and 15 (utime, stime) are the 12th and 13th after the state.
+        Some((total, busy, g.get(10)? + g.get(11)?))
+    }
+}
+
+/// The upper bound (ms) of the bucket holding quantile `q` of a cumulative histogram.
+fn bucket_quantile(h: &[(f64, f64)], q: f64) -> f64 {
+    let total = h.last().map_or(0.0, |(_, c)| *c);
+    h.iter().find(|(_, c)| *c >= q * total && total > 0.0).map_or(f64::NAN, |(le, _)| le * 1000.0)
 }
 
 /// Start the gateway; read both listening lines.
-async fn spawn_gateway(mut cmd: Command) -> Gw {
+async fn spawn_gateway(mut cmd: Command, admin_line: &str) -> Gw {
     {
         cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn the gateway");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let (mut url, mut api) = (None, None);
+        let (mut url, mut api, mut admin) = (None, None, None);
         tokio::time::timeout(Duration::from_secs(60), async {
-            while url.is_none() || api.is_none() {
+            while url.is_none() || api.is_none() || admin.is_none() {
                 let l = lines.next_line().await.unwrap().expect("the gateway exited");
                 if let Some(a) = l.strip_prefix("metrics API listening on https://") {
                     api = Some(a.trim().to_owned());
+                } else if let Some(a) = l.strip_prefix(admin_line) {
+                    admin = Some(a.trim().to_owned());
                 } else if let Some(u) = l.strip_prefix("listening on ") {
                     url = Some(u.trim().to_owned());
                 }
@@ -318,6 +414,6 @@ async fn spawn_gateway(mut cmd: Command) -> Gw {
         .await
         .expect("gateway listening within 60 s");
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Gw { child, url: url.unwrap(), api: api.unwrap() }
+        Gw { child, url: url.unwrap(), api: api.unwrap(), admin: admin.unwrap() }
     }
 }
