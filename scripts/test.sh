@@ -14,3 +14,5 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== models: the GPU model's conversion, checked on CPU (pytest)"
+"$(models/venv.sh)" -m pytest -q -p no:cacheprovider models/tests

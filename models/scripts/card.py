@@ -58,6 +58,10 @@ def render(ev: dict) -> str:
         f"({mb(var['fp32']['size_bytes'])}) and `models/build/snips-minilm-l6-fp16/` "
         f"({mb(var['fp16']['size_bytes'])}, ONNX Runtime BERT fusions + fp16), each with "
         "`model.onnx`, `tokenizer.json` and `config.json`.")
+    add("- The GPU model without retraining: `scripts/setup-gpu.sh` makes an fp16 model with the "
+        "same BERT fusions from the committed `model.onnx` in about a minute (float weights "
+        "`(W_q - W_zp) * W_scale`, no PyTorch) into `models/build/gpu/`, and checks it against "
+        "this model's answers on the test set; see `models/README.md`.")
     add("")
     add("## Interface")
     add("")

@@ -4,6 +4,9 @@
   quantized at run time), written to the committed `snips-minilm-l6/model.onnx`,
   for CPU. Per-tensor scales lost 0.3 points on the test set (98.1 % against
   98.4 % for fp32); per-channel scales keep the fp32 accuracy for +0.1 MB.
+  Quantizing after the BERT fusions instead (QAttention) answers the same but is not
+  faster on one core (0.91-0.96x at batches of 8-32, `benches/model_cpu.sh`), so the
+  unfused graph is quantized: ONNX Runtime fuses most of it itself when it loads it.
 - fp16: ONNX Runtime's BERT fusions (`optimize_model`, model_type "bert"), then
   `convert_float_to_float16(keep_io_types=True)` so the inputs stay int64 and
   `logits` stays float32; written with tokenizer and config to

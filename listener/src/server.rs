@@ -1,0 +1,351 @@
+//! The accept loop: the connection cap, what happens at it, `accept` errors, and the drain.
+//!
+//! At the cap (`--max-connections`) a new connection is still accepted, never left in the
+//! kernel's backlog (where clients hang until their connect timeout and a load balancer cannot
+//! tell why). First the longest-idle keep-alive connections are asked to close (nginx does the
+//! same when it runs out of connections), and the new one waits up to [`EVICT_WAIT`] for their
+//! place. If none was idle, it is answered 503 `overloaded` with `Retry-After` and
+//! `Connection: close` (read or not, the request is not served), as every other overload in
+//! this project is. At most [`refusal_slots`] such answers are in progress at once; beyond
+//! that a connection is closed at once.
+//!
+//! `accept` failures: out of file descriptors (`EMFILE`, `ENFILE`) or memory, the loop evicts
+//! idle connections and sleeps with a doubling backoff (10 ms to 1 s) instead of spinning;
+//! errors about the one connection (reset before it was accepted) are skipped.
+//!
+//! Drain (when `shutdown` resolves): connections that completed their handshake are still
+//! accepted; then the listening socket is closed. Every open connection finishes the request it
+//! has received with `Connection: close`; a connection without a request closes at once unless
+//! its next request's bytes are already waiting (then that request is answered, with
+//! `Connection: close`). After [`Config::drain_timeout`] the rest are closed.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::{Body, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::Service;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use crate::args::{Config, MAX_HEAD_BYTES};
+use crate::body::BodyReader;
+use crate::conn::{self, Shared, TimeoutCounters};
+use crate::io::LINGER_BYTES;
+use crate::metrics::Metrics;
+use crate::nofile;
+use crate::phase::{Clock, Deadlines};
+use crate::registry::Registry;
+use crate::{BoxError, answer};
+
+/// How many idle connections are asked to close at once at the cap (nginx drains 32).
+const EVICT_BATCH: usize = 16;
+/// How long a connection accepted at the cap waits for an evicted connection's place.
+const EVICT_WAIT: Duration = Duration::from_millis(100);
+/// How long a refused connection may take to read its 503.
+const REFUSE_TIME: Duration = Duration::from_secs(1);
+
+/// Most refusals in progress at once: an eighth of the cap, between 16 and 1024.
+fn refusal_slots(cap: usize) -> usize {
+    (cap / 8).clamp(16, 1024)
+}
+
+/// The client listener: a bound socket and its limits. Build it with [`Server::new`], hand
+/// [`Server::bodies`] to the handlers, then [`Server::serve`].
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    config: Config,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    refusals: Arc<Semaphore>,
+    bodies: BodyReader,
+}
+
+impl Server {
+    /// Raises the open-file limit and prepares to serve `listener` under `config`; `metrics`
+    /// are the caller's (see [`Metrics::register`]).
+    pub fn new(listener: TcpListener, mut config: Config, metrics: Metrics) -> Self {
+        let nofile = nofile::raise_nofile_limit();
+        let cap = nofile::effective_cap(config.max_connections, nofile);
+        if cap < config.max_connections {
+            tracing::warn!(
+                wanted = config.max_connections,
+                cap,
+                nofile,
+                "--max-connections lowered to half the open file limit"
+            );
+        }
+        config.max_connections = cap;
+        metrics.limit.set(i64::try_from(cap).unwrap_or(i64::MAX));
+        metrics.body_limit.set(i64::try_from(config.max_buffered_body_bytes).unwrap_or(i64::MAX));
+
+        let mut http = http1::Builder::new();
+        // Our own header timer (see `phase`) replaces hyper's, which starts when a connection
+        // goes idle and allocates a timer per request.
+        http.header_read_timeout(None);
+        // Heads over MAX_HEAD_BYTES get hyper's 431, made JSON by the socket wrapper; the read
+        // buffer never grows past that either (hyper's default is ~400 KiB per connection).
+        http.max_header_size(MAX_HEAD_BYTES);
+        http.max_buf_size(MAX_HEAD_BYTES);
+
+        let bodies = BodyReader::new(config.max_buffered_body_bytes, config.body_read_timeout, &metrics);
+        let deadlines = Deadlines { header: config.header_read_timeout, idle: config.idle_timeout };
+        let shared = Arc::new(Shared {
+            http,
+            deadlines,
+            registry: Arc::new(Registry::default()),
+            timeouts: TimeoutCounters::new(&metrics),
+            metrics,
+            clock: Arc::new(Clock::new(deadlines)),
+        });
+        Self {
+            listener,
+            permits: Arc::new(Semaphore::new(cap)),
+            refusals: Arc::new(Semaphore::new(refusal_slots(cap))),
+            config,
+            shared,
+            bodies,
+        }
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The configuration in force (`max_connections` possibly lowered to fit the open-file
+    /// limit).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// What handlers read request bodies with.
+    pub fn bodies(&self) -> BodyReader {
+        self.bodies.clone()
+    }
+
+    /// Serves `service` (one clone per connection) until `shutdown` resolves, then drains.
+    pub async fn serve<S, B>(self, service: S, shutdown: impl Future<Output = ()>)
+    where
+        S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let Self { listener, config, shared, permits, refusals, .. } = self;
+        let sweeper = AbortOnDrop(tokio::spawn(sweep(Arc::clone(&shared))));
+        let admit = Admit {
+            shared,
+            permits,
+            refusals,
+            service,
+            retry_after_s: config.retry_after_s,
+            cap: config.max_connections,
+        };
+        let mut shutdown = pin!(shutdown);
+        let mut backoff = Backoff::default();
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, _)) => {
+                    backoff.reset();
+                    admit.admit(stream);
+                }
+                Err(e) if is_about_one_connection(&e) => {
+                    admit.shared.metrics.accept_errors.inc();
+                }
+                Err(e) => {
+                    admit.shared.metrics.accept_errors.inc();
+                    let evicted = admit.shared.registry.evict_idle(EVICT_BATCH);
+                    let wait = backoff.next();
+                    if wait == Backoff::FIRST {
+                        tracing::warn!(error = %e, evicted, "accept failed; backing off");
+                    } else {
+                        tracing::debug!(error = %e, evicted, ?wait, "accept failed; backing off");
+                    }
+                    tokio::select! {
+                        biased;
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+        admit.drain(listener, config.drain_timeout).await;
+        drop(sweeper);
+    }
+}
+
+/// Advances the coarse clock and signals the connections past a deadline, once per clock tick.
+async fn sweep(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(shared.clock.resolution());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = shared.clock.advance();
+        shared.registry.expire(shared.deadlines, now);
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Everything a new connection is admitted with.
+struct Admit<S> {
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    refusals: Arc<Semaphore>,
+    service: S,
+    retry_after_s: u64,
+    /// The permits `permits` was made with.
+    cap: usize,
+}
+
+impl<S, B> Admit<S>
+where
+    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    fn admit(&self, stream: TcpStream) {
+        // Small JSON answers on keep-alive connections: without it, Nagle and delayed ACKs add
+        // tens of milliseconds.
+        let _ = stream.set_nodelay(true);
+        if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
+            tokio::spawn(conn::serve(stream, Arc::clone(&self.shared), self.service.clone(), permit));
+            return;
+        }
+        let evicted = self.shared.registry.evict_idle(EVICT_BATCH);
+        let Ok(slot) = Arc::clone(&self.refusals).try_acquire_owned() else {
+            self.shared.metrics.refused.inc();
+            return;
+        };
+        let (shared, permits, service, retry_after_s) =
+            (Arc::clone(&self.shared), Arc::clone(&self.permits), self.service.clone(), self.retry_after_s);
+        tokio::spawn(async move {
+            if evicted > 0
+                && let Ok(Ok(permit)) = tokio::time::timeout(EVICT_WAIT, permits.acquire_owned()).await
+            {
+                drop(slot);
+                return conn::serve(stream, shared, service, permit).await;
+            }
+            shared.metrics.refused.inc();
+            refuse(stream, retry_after_s).await;
+            drop(slot);
+        });
+    }
+
+    async fn drain(self, listener: TcpListener, timeout: Duration) {
+        self.shared.registry.drain_all();
+        // Handshakes the kernel completed before we stopped: their requests may be in already.
+        // Accepted with plain non-blocking `accept` calls, whatever the reactor has reported.
+        match listener.into_std() {
+            Ok(std) => {
+                while let Ok((stream, _)) = std.accept() {
+                    match stream.set_nonblocking(true).and_then(|()| TcpStream::from_std(stream)) {
+                        Ok(stream) => self.admit(stream),
+                        Err(e) => tracing::debug!(error = %e, "dropping a connection accepted while draining"),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not accept the connections waiting in the backlog"),
+        }
+        let open = self.shared.metrics.open.get();
+        tracing::info!(open, "draining client connections");
+        let cap = u32::try_from(self.cap).unwrap_or(u32::MAX);
+        let all_closed = || Arc::clone(&self.permits).acquire_many_owned(cap);
+        if tokio::time::timeout(timeout, all_closed()).await.is_err() {
+            tracing::warn!(open = self.shared.metrics.open.get(), "drain timeout; closing the remaining connections");
+            self.shared.registry.abort_all();
+            let _ = tokio::time::timeout(Duration::from_secs(1), all_closed()).await;
+        }
+        let refusing = u32::try_from(refusal_slots(self.cap)).unwrap_or(u32::MAX);
+        let _ = tokio::time::timeout(REFUSE_TIME * 2, Arc::clone(&self.refusals).acquire_many_owned(refusing)).await;
+    }
+}
+
+/// Answers 503 and closes, reading what the client sends meanwhile so that it gets the answer
+/// rather than a reset.
+async fn refuse(mut stream: TcpStream, retry_after_s: u64) {
+    let answer = answer::at_connection_cap(retry_after_s);
+    let _ = tokio::time::timeout(REFUSE_TIME, async {
+        stream.write_all(&answer).await?;
+        stream.shutdown().await?;
+        let mut scratch = [0u8; 4096];
+        let mut discarded = 0;
+        while discarded <= LINGER_BYTES {
+            match stream.read(&mut scratch).await? {
+                0 => break,
+                n => discarded += n,
+            }
+        }
+        Ok::<_, io::Error>(())
+    })
+    .await;
+}
+
+/// `accept` errors that concern only the connection being accepted.
+fn is_about_one_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused
+    )
+}
+
+#[derive(Debug, Default)]
+struct Backoff(Option<Duration>);
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MOST: Duration = Duration::from_secs(1);
+
+    fn next(&mut self) -> Duration {
+        let d = self.0.map_or(Self::FIRST, |d| (d * 2).min(Self::MOST));
+        self.0 = Some(d);
+        d
+    }
+
+    fn reset(&mut self) {
+        self.0 = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_a_second_and_resets() {
+        let mut b = Backoff::default();
+        let seq: Vec<_> = (0..9).map(|_| b.next().as_millis()).collect();
+        assert_eq!(seq, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        b.reset();
+        assert_eq!(b.next(), Backoff::FIRST);
+    }
+
+    #[test]
+    fn refusal_slots_stay_in_bounds() {
+        assert_eq!(refusal_slots(10), 16);
+        assert_eq!(refusal_slots(10_000), 1024);
+        assert_eq!(refusal_slots(800), 100);
+    }
+}

@@ -1,0 +1,95 @@
+//! `--max-connections`: idle keep-alive connections make room for new ones; when none is idle a
+//! new connection is answered 503 JSON with `Retry-After`; service resumes as connections go.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Client, Closed, config, get, start, until};
+use http::StatusCode;
+use listener::Config;
+
+const CAP: usize = 8;
+
+fn capped() -> Config {
+    Config { max_connections: CAP, ..config() }
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_cap_the_longest_idle_connections_make_room() {
+    let srv = start(capped()).await;
+    let mut idle = Vec::new();
+    for _ in 0..CAP {
+        let mut c = Client::connect(srv.addr).await;
+        c.send(&get("/")).await;
+        assert_eq!(c.answer().await.status, StatusCode::OK);
+        idle.push(c);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(srv.metrics.connections_open(), CAP as i64);
+    // Nine more clients: each is served; idle connections (the oldest first) are closed.
+    for _ in 0..3 {
+        let mut c = Client::connect(srv.addr).await;
+        c.send(&get("/")).await;
+        assert_eq!(c.answer().await.status, StatusCode::OK);
+    }
+    assert!(srv.metrics.connections_evicted() >= 1);
+    assert_eq!(srv.metrics.connections_refused(), 0);
+    // The oldest idle connection was among those closed, without an answer.
+    assert_eq!(idle[0].closed_within(Duration::from_millis(100)).await, Closed::Closed);
+    assert!(idle[0].pending().is_empty());
+    assert!(srv.metrics.connections_open() <= CAP as i64);
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_cap_with_no_idle_connection_a_new_one_gets_503_json_then_service_resumes() {
+    let srv = start(capped()).await;
+    // Fill the cap with requests in progress (slow handler).
+    let mut busy = Vec::new();
+    for _ in 0..CAP {
+        let mut c = Client::connect(srv.addr).await;
+        c.send(&get("/slow?ms=1000")).await;
+        busy.push(c);
+    }
+    until("all connections open", Duration::from_secs(1), || srv.metrics.connections_open() == CAP as i64).await;
+
+    let mut c = Client::connect(srv.addr).await;
+    c.send(&get("/")).await;
+    let a = c.answer_within(Duration::from_secs(5)).await.expect("503");
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(a.error_type(), "overloaded");
+    assert_eq!(a.header("retry-after"), Some("1"));
+    assert_eq!(a.header("connection"), Some("close"));
+    assert_eq!(c.closed_within(Duration::from_secs(5)).await, Closed::Closed);
+    assert_eq!(srv.metrics.connections_refused(), 1);
+
+    // The busy ones are answered, then leave; new clients are served again.
+    for mut b in busy {
+        assert_eq!(b.answer().await.status, StatusCode::OK);
+    }
+    let mut c = Client::connect(srv.addr).await;
+    c.send(&get("/")).await;
+    assert_eq!(c.answer().await.status, StatusCode::OK);
+    assert_eq!(srv.metrics.connections_refused(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_heads_at_the_cap_are_refused_until_the_header_timeout_frees_them() {
+    let srv = start(capped()).await;
+    let mut slow = Vec::new();
+    for _ in 0..CAP {
+        let mut c = Client::connect(srv.addr).await;
+        c.send(b"GET / HTTP/1.1\r\n").await;
+        slow.push(c);
+    }
+    until("all connections open", Duration::from_secs(1), || srv.metrics.connections_open() == CAP as i64).await;
+    let mut c = Client::connect(srv.addr).await;
+    c.send(&get("/")).await;
+    assert_eq!(c.answer().await.status, StatusCode::SERVICE_UNAVAILABLE);
+    // The header timeout (2 s) ends them; then there is room.
+    tokio::time::sleep(srv.config.header_read_timeout).await;
+    until("slow heads closed", Duration::from_secs(1), || srv.metrics.connections_open() == 0).await;
+    let mut c = Client::connect(srv.addr).await;
+    c.send(&get("/")).await;
+    assert_eq!(c.answer().await.status, StatusCode::OK);
+}

@@ -1,0 +1,6 @@
+"""The tests import the build scripts' modules (models/scripts/) directly."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
