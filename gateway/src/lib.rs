@@ -103,8 +103,7 @@ pub async fn run(config: Config) -> Result<(), GatewayError> {
     }
     let source: Arc<dyn metrics_api::PoolSource> = gateway.pools.clone();
     let api = metrics_api::spawn(&state.pools.ctx().config.metrics_api, source, state.pools.ctx().metrics.api.clone())
-        .await
-        .map_err(|e| GatewayError::Config(e.to_string()))?;
+        .await?;
     if let Some(api) = &api {
         println!("metrics API listening on https://{}", api.addr);
     }

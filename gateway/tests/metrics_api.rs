@@ -472,3 +472,32 @@ async fn configmap_changes_are_followed() {
     let a = get_once(api.addr, &pki.client("alice", &[]), &path, &[]).await;
     assert_status(&a, 403, "Forbidden");
 }
+
+#[tokio::test]
+async fn startup_errors_say_what_to_fix() {
+    let pki = Pki::new("startup");
+    let spawn = |args: Vec<String>| async move {
+        let cfg = api_config(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        gateway::metrics_api::spawn(&cfg, fixed_pools(), Default::default()).await.map(|_| ()).unwrap_err().to_string()
+    };
+    // Webhook (the default) with no way to reach an API server (unless this runs in a pod).
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
+        let e = spawn(pki.serving_args()).await;
+        assert!(e.contains("--authorization-kubeconfig") && e.contains("AlwaysAllow"), "{e}");
+    }
+    // A key that does not belong to the certificate.
+    let other = pki.server_ca.server();
+    let mut a = pki.serving_args();
+    a[3] = path_str(&pki.dir.write("other.key", &other.key_pem));
+    a.extend(["--authorization-mode".into(), "AlwaysAllow".into()]);
+    let e = spawn(a).await;
+    assert!(e.contains("certificate and key"), "{e}");
+    let e = spawn(vec![
+        "--client-ca-file".into(),
+        "/nonexistent/ca.pem".into(),
+        "--authorization-mode".into(),
+        "AlwaysAllow".into(),
+    ])
+    .await;
+    assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+}

@@ -44,6 +44,7 @@ pub use config::{AuthorizationMode, MetricsApiConfig};
 pub use metrics::{ApiMetrics, ResultLabels};
 pub use source::{PoolSource, PoolView};
 
+use crate::error::GatewayError;
 use crate::pool::AbortOnDrop;
 use reload::{Files, RequestHeaderFlags};
 use trust::{Slots, TrustStore};
@@ -51,13 +52,9 @@ use trust::{Slots, TrustStore};
 /// How long one SubjectAccessReview may take.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Why the API could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum MetricsApiError {
-    #[error("metrics API: {0}")]
-    Config(String),
-    #[error("metrics API: {0}")]
-    Io(#[from] std::io::Error),
+/// A startup error of the API (bad flags or files), as the gateway reports configuration errors.
+fn cfg_err(e: String) -> GatewayError {
+    GatewayError::Config(format!("metrics API: {e}"))
 }
 
 /// The running API: its address and its tasks (stopped when dropped).
@@ -68,8 +65,8 @@ pub struct MetricsApi {
     _tasks: Vec<AbortOnDrop>,
 }
 
-async fn kube_client(kubeconfig: Option<&Path>, what: &str) -> Result<Option<kube::Client>, MetricsApiError> {
-    let bad = |e: String| MetricsApiError::Config(format!("{what}: {e}"));
+async fn kube_client(kubeconfig: Option<&Path>, what: &str) -> Result<Option<kube::Client>, GatewayError> {
+    let bad = |e: String| cfg_err(format!("{what}: {e}"));
     let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
@@ -91,15 +88,15 @@ pub async fn spawn(
     cfg: &MetricsApiConfig,
     source: Arc<dyn PoolSource>,
     metrics: ApiMetrics,
-) -> Result<Option<MetricsApi>, MetricsApiError> {
+) -> Result<Option<MetricsApi>, GatewayError> {
     let Some(listen) = cfg.metrics_api_listen else { return Ok(None) };
     let provider = tls::provider();
 
     // Serving certificate.
     let cert = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
-        (Some(c), Some(k)) => tls::read_pair(c, k, &provider).map_err(MetricsApiError::Config)?,
+        (Some(c), Some(k)) => tls::read_pair(c, k, &provider).map_err(cfg_err)?,
         _ => {
-            let c = tls::self_signed(listen, &provider).map_err(MetricsApiError::Config)?;
+            let c = tls::self_signed(listen, &provider).map_err(cfg_err)?;
             tracing::warn!(
                 sha256 = %tls::fingerprint(&c),
                 "metrics API: no --tls-cert-file; serving a self-signed certificate made at start"
@@ -108,7 +105,7 @@ pub async fn spawn(
         }
     };
     tracing::info!(sha256 = %tls::fingerprint(&cert), "metrics API: serving certificate");
-    let tls = Arc::new(tls::TlsState::new(Arc::new(cert), Vec::new()).map_err(MetricsApiError::Config)?);
+    let tls = Arc::new(tls::TlsState::new(Arc::new(cert), Vec::new()).map_err(cfg_err)?);
 
     // Trust: the flags' files, the ConfigMap for the rest.
     let store = Arc::new(TrustStore::new(Arc::clone(&tls)));
@@ -120,15 +117,12 @@ pub async fn spawn(
         extra_prefixes: cfg.requestheader_extra_headers_prefix.clone(),
     });
     if let Some(path) = &cfg.client_ca_file {
-        let pem = std::fs::read(path).map_err(|e| MetricsApiError::Config(format!("{}: {e}", path.display())))?;
-        store.set_client_ca(Some(
-            authn::CaSet::from_pem(&pem, &path.display().to_string()).map_err(MetricsApiError::Config)?,
-        ));
+        let pem = std::fs::read(path).map_err(|e| cfg_err(format!("{}: {e}", path.display())))?;
+        store.set_client_ca(Some(authn::CaSet::from_pem(&pem, &path.display().to_string()).map_err(cfg_err)?));
     }
     if let Some(flags) = &rh_flags {
-        let pem = std::fs::read(&flags.ca_file)
-            .map_err(|e| MetricsApiError::Config(format!("{}: {e}", flags.ca_file.display())))?;
-        store.set_request_header(Some(flags.build(&pem).map_err(MetricsApiError::Config)?));
+        let pem = std::fs::read(&flags.ca_file).map_err(|e| cfg_err(format!("{}: {e}", flags.ca_file.display())))?;
+        store.set_request_header(Some(flags.build(&pem).map_err(cfg_err)?));
     }
     let mut tasks = Vec::new();
     let slots = Slots { client_ca: cfg.client_ca_file.is_none(), request_header: rh_flags.is_none() };
@@ -171,7 +165,7 @@ pub async fn spawn(
             let client = kube_client(cfg.authorization_kubeconfig.as_deref(), "--authorization-kubeconfig")
                 .await?
                 .ok_or_else(|| {
-                    MetricsApiError::Config(
+                    cfg_err(
                         "--authorization-mode=Webhook needs --authorization-kubeconfig or an in-cluster configuration \
                          (on a machine without a cluster, use --authorization-mode=AlwaysAllow)"
                             .to_owned(),
