@@ -149,7 +149,7 @@ async fn kubectl_reads_discovery_openapi_and_values_with_a_client_certificate() 
         "--stats-interval".into(),
         "50ms".into(),
         "--signal-rise".into(),
-        "0".into(),
+        "0ms".into(),
         "--metrics-api-listen".into(),
         "127.0.0.1:0".into(),
         "--tls-cert-file".into(),
