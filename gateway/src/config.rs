@@ -149,6 +149,9 @@ pub struct Config {
     /// Log as JSON lines.
     #[arg(long, env = "GATEWAY_LOG_JSON")]
     pub log_json: bool,
+
+    #[command(flatten)]
+    pub metrics_api: crate::metrics_api::MetricsApiConfig,
 }
 
 impl Config {

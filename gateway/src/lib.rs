@@ -20,6 +20,7 @@ mod discovery;
 mod error;
 mod http;
 mod metrics;
+pub mod metrics_api;
 mod pool;
 mod routing;
 mod signal;
@@ -137,8 +138,14 @@ pub async fn run(config: Config) -> Result<(), StartError> {
             tracing::error!(error = %e, "admin listener failed");
         }
     });
-    // Another listener (e.g. the external metrics API) binds, prints its line and is spawned
-    // here, like the admin one, before the client listener's line below.
+    // The external metrics API (off unless --metrics-api-listen): bound, announced, serving
+    // until the process ends, like the admin listener.
+    let source: Arc<dyn metrics_api::PoolSource> = gateway.pools().clone();
+    let ctx = gateway.pools().ctx();
+    let api = metrics_api::spawn(&ctx.config.metrics_api, source, ctx.metrics.api.clone()).await?;
+    if let Some(api) = &api {
+        println!("metrics API listening on https://{}", api.addr);
+    }
 
     let client = bind(listen, "listening on").await?;
     gateway.serve(client, shutdown()).await?;

@@ -74,6 +74,8 @@ pub struct Metrics {
     pub pool_ready_workers: Family<PoolLabels, Gauge>,
     pub pool_backlog: Family<PoolLabels, Gauge>,
     pub pool_gpu_memory: Family<PoolLabels, FGauge>,
+    /// The external metrics API's families (`gateway_metrics_api_*`).
+    pub api: crate::metrics_api::ApiMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -107,6 +109,7 @@ impl Default for Metrics {
             pool_ready_workers: Family::default(),
             pool_backlog: Family::default(),
             pool_gpu_memory: Family::default(),
+            api: crate::metrics_api::ApiMetrics::default(),
         }
     }
 }
@@ -177,6 +180,7 @@ impl Metrics {
             "Highest device memory used / total among the pool's workers with a fresh GPU reading",
             self.pool_gpu_memory.clone(),
         );
+        self.api.register(&mut r);
         r
     }
 
