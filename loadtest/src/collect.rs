@@ -90,6 +90,15 @@ impl Collector {
         self.timeline.last().expect("just pushed")
     }
 
+    /// Seconds from the start to `t`.
+    pub fn seconds(&self, t: Instant) -> f64 {
+        self.shared.seconds(t)
+    }
+
+    pub fn waited(&self) -> u64 {
+        self.shared.threads.iter().map(|t| t.waited.load(Ordering::Relaxed)).sum()
+    }
+
     pub fn connections_opened(&self) -> u64 {
         self.shared.threads.iter().map(|t| t.counters.opened.load(Ordering::Relaxed).max(0) as u64).sum()
     }

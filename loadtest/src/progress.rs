@@ -107,9 +107,10 @@ impl Progress {
         if phase.is_empty() {
             phase.push('-');
         }
+        let time = if t.dt < 0.95 { format!("{:.1}s", t.t) } else { format!("{:.0}s", t.t) };
         text.push_str(&format!(
-            "{:>6.0}s {:<16} {:>9} {:>9.1} {} {:>9} {:>6} {:>8} {:>8} {:>8}",
-            t.t,
+            "{:>7} {:<16} {:>9} {:>9.1} {} {:>9} {:>6} {:>8} {:>8} {:>8}",
+            time,
             phase,
             offered,
             per_s(t.ok),

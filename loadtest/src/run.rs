@@ -250,7 +250,10 @@ fn summarize(
             }
             let id = Load::open_phase(*warmup_phase, i);
             if let Some(p) = id {
-                phase_seconds[p as usize] = end - start;
+                // Throughput over the phase, or until its last answer when the server fell
+                // behind and answered after the phase ended.
+                let last = collector.phases.get(p as usize).and_then(|a| a.last_done).map(|t| collector.seconds(t));
+                phase_seconds[p as usize] = (end - start).max(last.map_or(0.0, |l| l - start));
             }
             span_infos.push(SpanInfo { label: ph.label.clone(), warmup: id.is_none(), start, end });
         }
@@ -276,7 +279,16 @@ fn summarize(
             PhaseSummary::new(ph.label.clone(), ph.concurrency, ph.rate, phase_seconds[i], acc)
         })
         .collect();
-    let total_seconds: f64 = phase_seconds.iter().sum();
+    let total_seconds: f64 = match &spec.plan.load {
+        // Phases follow one another: from the first's start to the last answer.
+        Load::Open { .. } => {
+            let first = span_infos.iter().find(|s| !s.warmup).map_or(0.0, |s| s.start);
+            let last_end = span_infos.iter().map(|s| s.end).fold(0.0, f64::max);
+            let last_done = collector.total.last_done.map_or(0.0, |t| collector.seconds(t));
+            (last_end.max(last_done) - first).max(0.0)
+        }
+        Load::Closed(_) => phase_seconds.iter().sum(),
+    };
     let total_rate = open.then(|| {
         let offered: f64 = phases.iter().filter_map(|p| p.rate.map(|r| r * p.seconds)).sum();
         if total_seconds > 0.0 { offered / total_seconds } else { 0.0 }
@@ -300,6 +312,7 @@ fn summarize(
         service: collector.total.service.as_ref().and_then(Percentiles::of),
         send_lag: collector.total.lag.as_ref().and_then(Percentiles::of),
         connections_opened: collector.connections_opened(),
+        waited: collector.waited(),
         resent: collector.resent(),
         signal,
         series,

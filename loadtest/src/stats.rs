@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use tokio::time::Instant;
 
 use crate::client::{Failed, Outcome};
 
@@ -36,11 +37,13 @@ pub struct Acc {
     pub lag: Option<Histogram<u64>>,
     pub ok: u64,
     pub errors: BTreeMap<Failed, u64>,
+    /// When the last of these requests finished.
+    pub last_done: Option<Instant>,
 }
 
 impl Default for Acc {
     fn default() -> Self {
-        Self { latency: histogram(), service: None, lag: None, ok: 0, errors: BTreeMap::new() }
+        Self { latency: histogram(), service: None, lag: None, ok: 0, errors: BTreeMap::new(), last_done: None }
     }
 }
 
@@ -79,6 +82,7 @@ impl Acc {
             }
         }
         self.ok += other.ok;
+        self.last_done = self.last_done.max(other.last_done);
         for (k, v) in &other.errors {
             *self.errors.entry(k.clone()).or_default() += v;
         }
@@ -101,6 +105,8 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// Record a request that finished at `done`.
+    #[allow(clippy::too_many_arguments)]
     pub fn record(
         &mut self,
         phase: PhaseId,
@@ -108,6 +114,7 @@ impl Shard {
         latency: Duration,
         service: Option<Duration>,
         lag: Option<Duration>,
+        done: Instant,
     ) {
         // At most two phases meet in one interval: a linear search is the fastest lookup.
         let acc = match self.accs.iter_mut().position(|(p, _)| *p == phase) {
@@ -118,6 +125,7 @@ impl Shard {
             }
         };
         acc.record(outcome, latency, service, lag);
+        acc.last_done = Some(done);
     }
 
     /// Everything recorded since the last call.
@@ -210,15 +218,17 @@ mod tests {
     #[test]
     fn shards_keep_phases_apart_and_empty_on_take() {
         let mut s = Shard::default();
-        s.record(Some(0), &Ok(()), ms(10), None, None);
-        s.record(Some(1), &Ok(()), ms(20), None, None);
-        s.record(None, &Err(Failed::Timeout), ms(30), None, None);
-        s.record(Some(1), &Ok(()), ms(40), None, None);
+        let now = Instant::now();
+        s.record(Some(0), &Ok(()), ms(10), None, None, now);
+        s.record(Some(1), &Ok(()), ms(20), None, None, now);
+        s.record(None, &Err(Failed::Timeout), ms(30), None, None, now);
+        s.record(Some(1), &Ok(()), ms(40), None, None, now + ms(5));
         let taken = s.take();
         assert_eq!(taken.len(), 3);
         let one = &taken.iter().find(|(p, _)| *p == Some(1)).unwrap().1;
         assert_eq!(one.ok, 2);
         assert_eq!(one.latency.max(), one.latency.highest_equivalent(40_000));
+        assert_eq!(one.last_done, Some(now + ms(5)));
         assert!(s.take().is_empty());
     }
 

@@ -40,6 +40,9 @@ pub struct Summary {
     /// Open loop: how late after its due time each request was written.
     pub send_lag: Option<Percentiles>,
     pub connections_opened: u64,
+    /// Open loop: requests that found all `--max-in-flight` senders busy and waited for one (the
+    /// wait is part of their latency).
+    pub waited: u64,
     /// Requests sent again on a new connection because the server had closed the kept-alive one.
     pub resent: u64,
     pub signal: Option<SignalTrack>,
@@ -216,6 +219,12 @@ impl Summary {
                     s.p50_ms, s.p99_ms, l.p50_ms, l.p99_ms, l.max_ms
                 ));
             }
+        }
+        if self.waited > 0 {
+            lines.push(format!(
+                "  {} request(s) found all --max-in-flight senders busy and waited for one (the wait is in their latency)",
+                self.waited
+            ));
         }
         lines.extend(self.notes.iter().cloned());
         lines

@@ -43,6 +43,7 @@ async fn an_open_loop_reports_a_stall_as_wrk2_does_and_a_closed_loop_hides_it() 
     assert!((950.0..=1250.0).contains(&t.max_ms), "max {} ms, expected about 1000", t.max_ms);
     // The stalled requests were sent on time (new connections opened for them), not held back.
     assert!(open.connections_opened >= 50, "{} connections", open.connections_opened);
+    assert_eq!(open.waited, 0, "a sender was always free");
     let lag = open.send_lag.expect("open loop");
     assert!(lag.p99_ms < 50.0, "send lag p99 {} ms", lag.p99_ms);
 
@@ -69,6 +70,7 @@ async fn when_every_sender_is_busy_the_wait_for_one_counts_in_the_latency() {
     let t = &s.total;
     assert_eq!(t.ok, 400);
     assert_eq!(s.connections_opened, 1);
+    assert!(s.waited >= 90, "the requests due during the stall waited for the sender: {}", s.waited);
     // At least the stall's own share (p90 600 ms, p99 960 ms); more, since after the stall the
     // backlog goes out one request at a time on the single connection while new ones come due.
     assert!((480.0..=1500.0).contains(&t.p90_ms), "p90 {} ms, expected 600 or a little more", t.p90_ms);

@@ -105,8 +105,8 @@ impl ClientRun {
             };
             ts.sent.fetch_add(1, Ordering::Relaxed);
             let outcome = client.send(i).await;
-            let latency = t0.elapsed();
-            ts.shard.lock().unwrap_or_else(|e| e.into_inner()).record(phase, &outcome, latency, None, None);
+            let done = Instant::now();
+            ts.shard.lock().unwrap_or_else(|e| e.into_inner()).record(phase, &outcome, done - t0, None, None, done);
             if matches!(outcome, Err(Failed::Connect { .. })) {
                 tokio::time::sleep(CONNECT_BACKOFF).await;
             }

@@ -81,6 +81,8 @@ pub struct ThreadShared {
     pub shard: Mutex<Shard>,
     /// Requests sent so far.
     pub sent: AtomicU64,
+    /// Open loop: requests that found every sender busy and waited for one.
+    pub waited: AtomicU64,
     pub counters: Arc<ConnCounters>,
 }
 

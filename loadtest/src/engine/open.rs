@@ -76,6 +76,7 @@ pub async fn run(
         if shared.stopped() {
             break;
         }
+        let mut waited = false;
         let slot = loop {
             if let Some(s) = idle.borrow_mut().pop() {
                 break s;
@@ -89,6 +90,10 @@ pub async fn run(
                 break id;
             }
             // Every slot is busy: this request waits, and its latency keeps running.
+            if !waited {
+                waited = true;
+                shared.threads[k].waited.fetch_add(1, Ordering::Relaxed);
+            }
             let notified = free.notified();
             if shared.stopped() {
                 break 'schedule;
@@ -129,6 +134,7 @@ impl Slot {
                 latency,
                 Some(service),
                 Some(lag),
+                done,
             );
             self.idle.borrow_mut().push(self.id);
             self.free.notify_one();

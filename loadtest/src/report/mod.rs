@@ -412,6 +412,15 @@ fn details(h: &mut String, s: &Summary) {
                 ms_plain(lag.max_ms)
             ),
         );
+        if s.waited > 0 {
+            item(
+                "senders",
+                esc(&format!(
+                    "{} request(s) found every sender busy (--max-in-flight) and waited for one; the wait is in their latency",
+                    group(s.waited)
+                )),
+            );
+        }
     }
     if let Some(g) = &s.signal {
         item(
