@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::client::Failed;
 use crate::stats::{Acc, Percentiles};
 
-/// The whole run.
+/// The whole run. Fields added after the first version default when absent, so that older
+/// records still render.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// `loadtest` version that made it.
@@ -33,21 +34,30 @@ pub struct Summary {
     pub spans: Vec<SpanInfo>,
     pub timeline: Vec<Tick>,
     /// The measured latency distribution: (percentile, ms) points.
+    #[serde(default)]
     pub latency_spectrum: Vec<(f64, f64)>,
     /// Open loop: latency from the moment each request was written (without waiting for a free
     /// sender or the timer).
+    #[serde(default)]
     pub service: Option<Percentiles>,
     /// Open loop: how late after its due time each request was written.
+    #[serde(default)]
     pub send_lag: Option<Percentiles>,
+    #[serde(default)]
     pub connections_opened: u64,
     /// Open loop: requests that found all `--max-in-flight` senders busy and waited for one (the
     /// wait is part of their latency).
+    #[serde(default)]
     pub waited: u64,
     /// Requests sent again on a new connection because the server had closed the kept-alive one.
+    #[serde(default)]
     pub resent: u64,
+    #[serde(default)]
     pub signal: Option<SignalTrack>,
     /// Caller series (`--series`): name -> (seconds from the start, value), in time order.
+    #[serde(default)]
     pub series: BTreeMap<String, Vec<(f64, f64)>>,
+    #[serde(default)]
     pub notes: Vec<String>,
 }
 

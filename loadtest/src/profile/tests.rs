@@ -173,3 +173,20 @@ fn truncation_and_due_before_agree() {
         assert_eq!(prof.due_before(t), by_iter, "t={t}");
     }
 }
+
+#[test]
+fn the_readme_examples_parse() {
+    for (text, length) in [
+        ("200", 10.0),
+        ("steps(10 20 40 80 40 20 10, 15s)", 105.0),
+        ("ramp(0, 500, 1m)", 60.0),
+        ("ramp(0, 100, 10s), const(100, 1m), ramp(100, 0, 10s)", 80.0),
+        ("sine(100, 50, 20s, 2m)", 120.0),
+        ("spike(50, 500, 20s, 2s)", 20.0),
+        ("100 + spike(0, 400, 1m, 5s)", 60.0),
+        ("const(50, 10s) then (200 + sine(0, 100, 10s, 30s))", 40.0),
+        ("steps(20 40 80 40 20, 15s)", 75.0),
+    ] {
+        assert_eq!(p(text).length(), length, "{text}");
+    }
+}

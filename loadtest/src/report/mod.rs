@@ -518,7 +518,8 @@ svg .axis-label { fill: #6b7280; font-size: 11px; }
 svg .band.even { fill: #f3f6fb; }
 svg .band.odd { fill: #fbfbfd; }
 svg .band.muted { fill: #eeeeee; }
-svg .band-label { fill: #8b93a1; font-size: 10.5px; }
+svg .band-label { fill: #6b7280; font-size: 10.5px; }
+svg .band-edge { stroke: #d9dde3; stroke-width: 1; }
 svg .line { fill: none; stroke-linejoin: round; stroke-linecap: round; }
 svg .area { opacity: 0.13; stroke: none; }
 svg .legend text { fill: #374151; font-size: 11.5px; }

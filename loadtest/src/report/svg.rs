@@ -84,7 +84,7 @@ pub struct Chart {
 
 const LEFT: f64 = 64.0;
 const RIGHT: f64 = 16.0;
-const TOP: f64 = 26.0;
+const TOP: f64 = 42.0;
 const BOTTOM: f64 = 34.0;
 
 impl Chart {
@@ -115,7 +115,8 @@ impl Chart {
             let hi = 10f64.powf(hi.log10().ceil()).max(lo * 10.0);
             (lo, hi)
         } else {
-            let hi = values.fold(0.0, f64::max);
+            // Some headroom, so that a line at its maximum is not drawn on the frame.
+            let hi = values.fold(0.0, f64::max) * 1.06;
             let hi = if hi <= 0.0 { 1.0 } else { hi };
             let step = nice_step(hi / 5.0);
             (0.0, (hi / step).ceil() * step)
@@ -162,6 +163,12 @@ impl Chart {
                 z - a,
                 esc(&b.label)
             );
+            let _ = write!(
+                s,
+                r#"<line class="band-edge" x1="{a:.1}" x2="{a:.1}" y1="{:.1}" y2="{:.1}"/>"#,
+                TOP - 16.0,
+                TOP + ph
+            );
             if z - a > 34.0 {
                 let max_chars = ((z - a - 8.0) / 6.2) as usize;
                 let label: String = if b.label.chars().count() > max_chars {
@@ -169,11 +176,12 @@ impl Chart {
                 } else {
                     b.label.clone()
                 };
+                // Above the plot, under the legend: no line covers it.
                 let _ = write!(
                     s,
                     r#"<text class="band-label" x="{:.1}" y="{:.1}">{}</text>"#,
                     a + 4.0,
-                    TOP + 12.0,
+                    TOP - 5.0,
                     esc(&label)
                 );
             }
@@ -317,7 +325,7 @@ impl Chart {
             let dash = if series.style == Style::Dashed { r#" stroke-dasharray="4 3""# } else { "" };
             let _ = write!(
                 s,
-                r#"<g class="legend"><line x1="{lx:.1}" x2="{:.1}" y1="9" y2="9" stroke="{}" stroke-width="3"{dash}/><text x="{:.1}" y="13">{}</text></g>"#,
+                r#"<g class="legend"><line x1="{lx:.1}" x2="{:.1}" y1="8" y2="8" stroke="{}" stroke-width="3"{dash}/><text x="{:.1}" y="12">{}</text></g>"#,
                 lx + 16.0,
                 series.color,
                 lx + 20.0,
