@@ -2,6 +2,7 @@
 //! keep-alive connection the server had closed, and the outcome by status and `error_type`.
 
 use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use tokio::time::{Instant, Sleep};
 
 use crate::http1::{self, Failure};
 use crate::http2;
@@ -98,65 +100,68 @@ impl Drop for Tracked {
 pub struct Client {
     ctx: Rc<ThreadCtx>,
     conn: Option<Tracked>,
+    /// The timeout, one timer for every request: moving a registered deadline later needs no
+    /// timer-wheel update (tokio extends it in place), a new timer per request would.
+    deadline: Pin<Box<Sleep>>,
 }
 
 impl Client {
     pub fn new(ctx: Rc<ThreadCtx>) -> Self {
-        Self { ctx, conn: None }
+        let deadline = Box::pin(tokio::time::sleep(ctx.timeout));
+        Self { ctx, conn: None, deadline }
     }
 
     /// Send request `i` of the mix and wait for its answer, at most `--timeout`.
     pub async fn send(&mut self, i: u64) -> Outcome {
-        let timeout = self.ctx.timeout;
-        match tokio::time::timeout(timeout, self.exchange(i)).await {
-            Ok(outcome) => outcome,
-            // The exchange was dropped half-way: its connection went with it.
-            Err(_) => Err(Failed::Timeout),
+        self.deadline.as_mut().reset(Instant::now() + self.ctx.timeout);
+        let Self { ctx, conn, deadline } = self;
+        tokio::select! {
+            biased;
+            outcome = exchange(ctx, conn, i) => outcome,
+            // The exchange is dropped half-way: its connection goes with it.
+            () = deadline.as_mut() => Err(Failed::Timeout),
         }
     }
+}
 
-    async fn exchange(&mut self, i: u64) -> Outcome {
-        let ctx = self.ctx.clone();
-        let req = ctx.target.request(i);
-        if let Some(h2) = &ctx.h2 {
-            return match h2.exchange(req).await {
-                Ok(a) => classify(a.status, a.error_body),
-                Err(f) => Err(transport(f)),
-            };
-        }
-        let head = ctx.target.method == http::Method::HEAD;
-        let mut conn = match self.conn.take() {
-            Some(c) => c,
-            None => self.connect().await?,
-        };
-        let answer = match conn.conn.exchange(&req.h1, head, false).await {
-            Err(Failure::Stale) => {
-                drop(conn);
-                ctx.counters.resent.fetch_add(1, Ordering::Relaxed);
-                conn = self.connect().await?;
-                conn.conn.exchange(&req.h1, head, false).await
-            }
-            other => other,
-        };
-        match answer {
-            Ok(a) => {
-                if a.keep_alive {
-                    self.conn = Some(conn);
-                }
-                classify(a.status, a.body)
-            }
+async fn exchange(ctx: &ThreadCtx, slot: &mut Option<Tracked>, i: u64) -> Outcome {
+    let req = ctx.target.request(i);
+    if let Some(h2) = &ctx.h2 {
+        return match h2.exchange(req).await {
+            Ok(a) => classify(a.status, a.error_body),
             Err(f) => Err(transport(f)),
+        };
+    }
+    let head = ctx.target.method == http::Method::HEAD;
+    let mut conn = match slot.take() {
+        Some(c) => c,
+        None => connect(ctx).await?,
+    };
+    let answer = match conn.conn.exchange(&req.h1, head, false).await {
+        Err(Failure::Stale) => {
+            drop(conn);
+            ctx.counters.resent.fetch_add(1, Ordering::Relaxed);
+            conn = connect(ctx).await?;
+            conn.conn.exchange(&req.h1, head, false).await
         }
+        other => other,
+    };
+    match answer {
+        Ok(a) => {
+            if a.keep_alive {
+                *slot = Some(conn);
+            }
+            classify(a.status, a.body)
+        }
+        Err(f) => Err(transport(f)),
     }
+}
 
-    async fn connect(&self) -> Result<Tracked, Failed> {
-        let conn = http1::Conn::connect(self.ctx.target.addr)
-            .await
-            .map_err(|e| Failed::Connect { error: io_text(e.kind()) })?;
-        self.ctx.counters.open.fetch_add(1, Ordering::Relaxed);
-        self.ctx.counters.opened.fetch_add(1, Ordering::Relaxed);
-        Ok(Tracked { conn, open: self.ctx.counters.open.clone() })
-    }
+async fn connect(ctx: &ThreadCtx) -> Result<Tracked, Failed> {
+    let conn = http1::Conn::connect(ctx.target.addr).await.map_err(|e| Failed::Connect { error: io_text(e.kind()) })?;
+    ctx.counters.open.fetch_add(1, Ordering::Relaxed);
+    ctx.counters.opened.fetch_add(1, Ordering::Relaxed);
+    Ok(Tracked { conn, open: ctx.counters.open.clone() })
 }
 
 /// Success for `2xx`; otherwise the status and the body's `error_type`.
