@@ -309,6 +309,7 @@ fn summarize(
         spans: span_infos,
         timeline: collector.timeline.clone(),
         latency_spectrum: spectrum(&collector.total.latency),
+        service_spectrum: collector.total.service.as_ref().map(spectrum).unwrap_or_default(),
         service: collector.total.service.as_ref().and_then(Percentiles::of),
         send_lag: collector.total.lag.as_ref().and_then(Percentiles::of),
         connections_opened: collector.connections_opened(),

@@ -36,6 +36,9 @@ pub struct Summary {
     /// The measured latency distribution: (percentile, ms) points.
     #[serde(default)]
     pub latency_spectrum: Vec<(f64, f64)>,
+    /// Open loop: the same for the service time (from the write).
+    #[serde(default)]
+    pub service_spectrum: Vec<(f64, f64)>,
     /// Open loop: latency from the moment each request was written (without waiting for a free
     /// sender or the timer).
     #[serde(default)]

@@ -161,3 +161,13 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_that_ends_at_rate_zero_still_runs_its_whole_length() {
+    let server = Server::ok().await;
+    let s = run(&server.url(), &["--rate", "const(50, 500ms), const(0, 1s)", "--warmup", "0s", "--interval", "250ms"])
+        .await;
+    assert_eq!(s.total.ok, 25);
+    assert!(s.seconds >= 1.45, "the pause is part of the run: {}", s.seconds);
+    assert_eq!(s.phases[1].requests, 0);
+}

@@ -117,7 +117,7 @@ async fn the_report_of_a_recorded_run_is_well_formed_and_has_every_plot() {
         ("Errors", &["429 overloaded"]),
         ("Scaling signal and replicas", &["signal", "queue term", "workers", "replicas_desired"]),
         ("In flight", &["in flight", "connections"]),
-        ("Latency distribution", &["measured phases"]),
+        ("Latency distribution", &["from the due time", "from the write (service time)"]),
     ] {
         let got = series_in(heading);
         for w in want {

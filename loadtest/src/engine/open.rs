@@ -105,6 +105,11 @@ pub async fn run(
         let _ = slots[slot].try_send(Job { n, due, phase });
         n += threads as u64;
     }
+    // A profile may end at rate 0 (a pause to watch a scale-in): the run lasts its whole length.
+    let ran_out = !limit.is_some_and(|l| n >= l);
+    if ran_out && !shared.stopped() {
+        shared.sleep_until(shared.start + Duration::from_secs_f64(profile.length())).await;
+    }
     // Closing the channels ends each slot after its request in flight.
     drop(slots);
     while set.join_next().await.is_some() {}

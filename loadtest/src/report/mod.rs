@@ -256,23 +256,31 @@ fn charts(h: &mut String, s: &Summary) {
 
     // The latency distribution.
     if !s.latency_spectrum.is_empty() {
-        let pts: Vec<(f64, f64)> = s.latency_spectrum.iter().map(|(p, v)| (svg::nines(*p), *v)).collect();
-        let last_finite = pts.iter().filter(|p| p.0 < 8.0).map(|p| p.0).fold(0.0, f64::max);
-        let pts: Vec<(f64, f64)> =
-            pts.into_iter().map(|(x, v)| (if x >= 8.0 { last_finite + 0.3 } else { x }, v)).collect();
-        let mut dist = Chart::new("latency (ms)", (0.0, (last_finite + 0.3).ceil().max(2.0)));
+        // The maximum (100 %) sits just right of the last percentile.
+        let place = |spec: &[(f64, f64)]| -> (Vec<(f64, f64)>, f64) {
+            let pts: Vec<(f64, f64)> = spec.iter().map(|(p, v)| (svg::nines(*p), *v)).collect();
+            let last = pts.iter().filter(|p| p.0 < 8.0).map(|p| p.0).fold(0.0, f64::max);
+            (pts.into_iter().map(|(x, v)| (if x >= 8.0 { last + 0.3 } else { x }, v)).collect(), last + 0.3)
+        };
+        let (lat, end) = place(&s.latency_spectrum);
+        let (svc, _) = place(&s.service_spectrum);
+        let mut dist = Chart::new("latency (ms)", (0.0, end.ceil().max(2.0)));
         dist.x_axis = XAxis::Nines;
-        dist.series.push(Series::new("measured phases", BLUE, Style::Line, pts));
+        let open = !svc.is_empty();
+        dist.series.push(Series::new(if open { "from the due time" } else { "latency" }, BLUE, Style::Line, lat));
+        if open {
+            dist.series.push(Series::new("from the write (service time)", GREY, Style::Dashed, svc));
+        }
         let lo = s.latency_spectrum.first().map_or(0.0, |p| p.1);
         let hi = s.latency_spectrum.last().map_or(0.0, |p| p.1);
         dist.y_log = lo > 0.0 && hi / lo > 30.0;
         dist.height = 260.0;
-        section(
-            h,
-            "Latency distribution",
-            "Latency by percentile over all measured phases (the tail to the right: 99%, 99.9%, ...; the last point is the maximum).",
-            &dist,
-        );
+        let cap = if open {
+            "Latency by percentile over all measured phases, the tail to the right (99%, 99.9%, ...; the last point is the maximum). From the due time is what a user arriving on schedule waits; from the write leaves out the wait for a free sender (<code>--max-in-flight</code>) and the generator's own send lag."
+        } else {
+            "Latency by percentile over all measured phases, the tail to the right (99%, 99.9%, ...; the last point is the maximum)."
+        };
+        section(h, "Latency distribution", cap, &dist);
     }
 }
 

@@ -83,7 +83,7 @@ pub struct Chart {
 }
 
 const LEFT: f64 = 64.0;
-const RIGHT: f64 = 16.0;
+const RIGHT: f64 = 24.0;
 const TOP: f64 = 42.0;
 const BOTTOM: f64 = 34.0;
 
@@ -211,9 +211,11 @@ impl Chart {
                 XAxis::Time => fmt_time(v),
                 XAxis::Nines => fmt_nines(v),
             };
+            // A label at the right edge ends there instead of running past it.
+            let anchor = if x > LEFT + pw - 20.0 { "end" } else { "middle" };
             let _ = write!(
                 s,
-                r#"<text class="tick" x="{x:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
+                r#"<text class="tick" x="{x:.1}" y="{:.1}" text-anchor="{anchor}">{label}</text>"#,
                 TOP + ph + 17.0
             );
         }
