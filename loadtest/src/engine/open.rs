@@ -106,7 +106,7 @@ pub async fn run(
         n += threads as u64;
     }
     // A profile may end at rate 0 (a pause to watch a scale-in): the run lasts its whole length.
-    let ran_out = !limit.is_some_and(|l| n >= l);
+    let ran_out = limit.is_none_or(|l| n < l);
     if ran_out && !shared.stopped() {
         shared.sleep_until(shared.start + Duration::from_secs_f64(profile.length())).await;
     }
