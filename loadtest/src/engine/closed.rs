@@ -30,13 +30,13 @@ pub async fn run(
     let mut idle: Vec<Client> = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let leader = barrier.wait().await.is_leader();
-        if shared.stopped() {
-            break;
-        }
+        // Every thread passes both barriers of every step, stopped or not (a thread that left
+        // the loop would leave the others waiting): a stopped step just sends nothing.
+        let skip = shared.stopped();
         let begin = Instant::now();
         let warm_end = begin + step.warmup;
         let end = step.duration.map(|d| warm_end + d);
-        let mine = step.clients / threads + usize::from(k < step.clients % threads);
+        let mine = if skip { 0 } else { step.clients / threads + usize::from(k < step.clients % threads) };
         let mut set = JoinSet::new();
         for c in 0..mine {
             let client = idle.pop().unwrap_or_else(|| Client::new(ctx.clone()));
@@ -59,7 +59,7 @@ pub async fn run(
             }
         }
         barrier.wait().await;
-        if leader {
+        if leader && !skip {
             let now = shared.seconds(Instant::now());
             let (b, w) = (shared.seconds(begin), shared.seconds(warm_end).min(now));
             if w > b {
