@@ -43,6 +43,6 @@ async fn an_open_loop_stopped_early_reports_what_was_sent() {
     )
     .await;
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
-    assert!((80..=140).contains(&s.total.ok), "about a second at 100/s: {}", s.total.ok);
+    assert!((80..=170).contains(&s.total.ok), "about a second at 100/s: {}", s.total.ok);
     assert_eq!(s.total.failed(), 0);
 }
