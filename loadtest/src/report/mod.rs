@@ -138,8 +138,10 @@ fn charts(h: &mut String, s: &Summary) {
         .collect();
     let rows = bucket(&s.timeline);
     let mid = |r: &Tick| r.t - r.dt / 2.0;
+    // A short last row (the run ended just after a tick) would show a rate out of few requests.
+    let min_dt = s.interval_s * 0.5;
     let rate = |f: fn(&Tick) -> f64| -> Vec<(f64, f64)> {
-        rows.iter().filter(|r| r.dt > 0.0).map(|r| (mid(r), f(r) / r.dt)).collect()
+        rows.iter().filter(|r| r.dt >= min_dt).map(|r| (mid(r), f(r) / r.dt)).collect()
     };
 
     // Offered vs achieved.
@@ -197,7 +199,7 @@ fn charts(h: &mut String, s: &Summary) {
     for (i, (kind, _)) in kinds.iter().take(PALETTE.len()).enumerate() {
         let pts = rows
             .iter()
-            .filter(|r| r.dt > 0.0)
+            .filter(|r| r.dt >= min_dt)
             .map(|r| (mid(r), *r.errors.get(*kind).unwrap_or(&0) as f64 / r.dt))
             .collect();
         errors.series.push(Series::new(*kind, PALETTE[i], Style::Line, pts));
