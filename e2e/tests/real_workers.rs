@@ -21,16 +21,17 @@ async fn start_worker() -> Server {
 }
 
 /// A gateway in front of `workers`, and the base URL of its operator endpoints (`/v1/pools`,
-/// `/metrics`): its admin port when it announces one, else its client port.
+/// `/metrics`): its admin port, announced before its client port.
 async fn start_gateway(workers: &[Server]) -> (Server, String) {
     let mut cmd = Command::new(testkit::bin("gateway"));
-    cmd.args(["--listen", "127.0.0.1:0", "--stats-interval", "100ms", "--probe-backoff", "100ms"]);
+    cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
+    cmd.args(["--stats-interval", "100ms", "--probe-backoff", "100ms"]);
     for w in workers {
         cmd.arg("--worker").arg(&w.url);
     }
-    cmd.env("GATEWAY_ADMIN_LISTEN", "127.0.0.1:0").env("RUST_LOG", "warn");
+    cmd.env("RUST_LOG", "warn");
     let gw = Server::start(cmd).await;
-    let admin = gw.announced("admin", Duration::from_secs(2)).await.unwrap_or_else(|| gw.url.clone());
+    let admin = gw.announced("admin", Duration::from_secs(2)).await.expect("the gateway announces its admin port");
     (gw, admin)
 }
 

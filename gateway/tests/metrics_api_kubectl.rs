@@ -57,6 +57,8 @@ fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: std::sync::Arc<std:
 
 async fn start_gateway(args: &[String]) -> Gateway {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        // Its own free admin port (the default, 127.0.0.1:9090, is shared by every test).
+        .args(["--admin-listen", "127.0.0.1:0"])
         .args(args)
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
