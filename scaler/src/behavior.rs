@@ -212,7 +212,11 @@ mod tests {
             let e = Behavior::from_yaml(yaml).unwrap_err().to_string();
             assert!(e.starts_with(field), "{yaml}: {e}");
         }
-        for yaml in ["scaleUp: {selectPolicy: Sometimes}", "scaleUp: {policies: [{type: Nodes, value: 1, periodSeconds: 1}]}", "scaleSideways: {}"] {
+        for yaml in [
+            "scaleUp: {selectPolicy: Sometimes}",
+            "scaleUp: {policies: [{type: Nodes, value: 1, periodSeconds: 1}]}",
+            "scaleSideways: {}",
+        ] {
             assert!(Behavior::from_yaml(yaml).is_err(), "{yaml}");
         }
     }

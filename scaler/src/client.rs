@@ -104,14 +104,18 @@ impl MetricsClient {
 
     /// The items' values in milli-units.
     pub async fn get(&self) -> anyhow::Result<Vec<i64>> {
-        tokio::time::timeout(self.timeout, self.get_inner()).await.map_err(|_| anyhow!("timed out after {:?}", self.timeout))?
+        tokio::time::timeout(self.timeout, self.get_inner())
+            .await
+            .map_err(|_| anyhow!("timed out after {:?}", self.timeout))?
     }
 
     async fn get_inner(&self) -> anyhow::Result<Vec<i64>> {
-        let tcp = tokio::net::TcpStream::connect(&self.addr).await.with_context(|| format!("connecting to {}", self.addr))?;
+        let tcp =
+            tokio::net::TcpStream::connect(&self.addr).await.with_context(|| format!("connecting to {}", self.addr))?;
         tcp.set_nodelay(true)?;
         let name = ServerName::try_from(self.host.clone()).context("server name")?;
-        let tls = tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, tcp).await.context("TLS handshake")?;
+        let tls =
+            tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, tcp).await.context("TLS handshake")?;
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await?;
         let conn = tokio::spawn(async move {
             let _ = conn.await;

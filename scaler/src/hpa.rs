@@ -198,16 +198,22 @@ impl Controller {
         if desired > current {
             let limit =
                 scale_up_limit(now, current, &self.scale_up_events, &self.scale_down_events, &b.scale_up).max(current);
-            let (allowed, reason) =
-                if self.spec.max_replicas > limit { (limit, "ScaleUpLimit") } else { (self.spec.max_replicas, "TooManyReplicas") };
+            let (allowed, reason) = if self.spec.max_replicas > limit {
+                (limit, "ScaleUpLimit")
+            } else {
+                (self.spec.max_replicas, "TooManyReplicas")
+            };
             if desired > allowed {
                 return (allowed, reason);
             }
         } else if desired < current {
             let limit = scale_down_limit(now, current, &self.scale_up_events, &self.scale_down_events, &b.scale_down)
                 .min(current);
-            let (allowed, reason) =
-                if self.spec.min_replicas < limit { (limit, "ScaleDownLimit") } else { (self.spec.min_replicas, "TooFewReplicas") };
+            let (allowed, reason) = if self.spec.min_replicas < limit {
+                (limit, "ScaleDownLimit")
+            } else {
+                (self.spec.min_replicas, "TooFewReplicas")
+            };
             if desired < allowed {
                 return (allowed, reason);
             }
@@ -243,7 +249,11 @@ impl Controller {
 pub fn external_per_pod_replicas(status_replicas: i32, sum_milli: i64, target_milli: i64, tolerance: f64) -> i32 {
     let ratio = sum_milli as f64 / (target_milli as f64 * f64::from(status_replicas));
     // Go: math.Abs(1.0-usageRatio) > tolerance; NaN (0/0) compares false, keeping the count.
-    if (1.0 - ratio).abs() > tolerance { (sum_milli as f64 / target_milli as f64).ceil() as i32 } else { status_replicas }
+    if (1.0 - ratio).abs() > tolerance {
+        (sum_milli as f64 / target_milli as f64).ceil() as i32
+    } else {
+        status_replicas
+    }
 }
 
 /// `calculateScaleUpLimitWithScalingRules`.
@@ -254,7 +264,8 @@ pub fn scale_up_limit(now: Instant, current: i32, up: &[ScaleEvent], down: &[Sca
         SelectPolicy::Max => (i32::MIN, i32::max),
     };
     for p in &rules.policies {
-        let start = current - change_in_period(now, p.period_seconds, up) + change_in_period(now, p.period_seconds, down);
+        let start =
+            current - change_in_period(now, p.period_seconds, up) + change_in_period(now, p.period_seconds, down);
         let proposed = match p.kind {
             PolicyType::Pods => start + p.value as i32,
             // Rounded up, so that a small count still grows.
@@ -273,7 +284,8 @@ pub fn scale_down_limit(now: Instant, current: i32, up: &[ScaleEvent], down: &[S
         SelectPolicy::Max => (i32::MAX, i32::min),
     };
     for p in &rules.policies {
-        let start = current - change_in_period(now, p.period_seconds, up) + change_in_period(now, p.period_seconds, down);
+        let start =
+            current - change_in_period(now, p.period_seconds, up) + change_in_period(now, p.period_seconds, down);
         let proposed = match p.kind {
             PolicyType::Pods => start - p.value as i32,
             // Go's int32(float64) truncates.
@@ -309,7 +321,8 @@ fn before(t: Instant, cutoff: Option<Instant>) -> bool {
 impl Controller {
     /// Seed the controller's memory as the upstream tests do.
     pub(crate) fn with_history(mut self, now: Instant, recs: &[(i32, u64)]) -> Self {
-        self.recommendations = recs.iter().map(|&(r, ago)| Recommendation { replicas: r, at: now - Duration::from_secs(ago) }).collect();
+        self.recommendations =
+            recs.iter().map(|&(r, ago)| Recommendation { replicas: r, at: now - Duration::from_secs(ago) }).collect();
         self
     }
 }

@@ -20,7 +20,11 @@ fn percent(value: i64, period_seconds: i64) -> Policy {
 }
 
 fn rules(window: i64, select: SelectPolicy, policies: Vec<Policy>) -> Option<RulesSpec> {
-    Some(RulesSpec { stabilization_window_seconds: Some(window), select_policy: Some(select), policies: Some(policies) })
+    Some(RulesSpec {
+        stabilization_window_seconds: Some(window),
+        select_policy: Some(select),
+        policies: Some(policies),
+    })
 }
 
 fn spec(min: i32, max: i32, behavior: BehaviorSpec) -> Spec {
@@ -84,6 +88,7 @@ async fn scaling_with_rules() {
     }
     let down0 = |select, p| rules(0, select, p);
     let up0 = |select, p| rules(0, select, p);
+    #[rustfmt::skip]
     let cases = vec![
         Case { name: "default scale up: 100 % beats 4 pods", up: default_up.clone(), down: None, min: 1, max: 100, up_events: vec![], down_events: vec![], current: 10, desired: 50, expected: 20, limited: "ScaleUpLimit" },
         Case { name: "default scale up: 4 pods beat 100 % from 1", up: default_up.clone(), down: None, min: 1, max: 100, up_events: vec![], down_events: vec![], current: 1, desired: 50, expected: 5, limited: "ScaleUpLimit" },
@@ -110,7 +115,8 @@ async fn scaling_with_rules() {
     for c in cases {
         let down = c.down.clone().or_else(|| rules(0, SelectPolicy::Max, vec![percent(100, 15)]));
         let mut ctl = Controller::new(spec(c.min, c.max, BehaviorSpec { scale_up: c.up.clone(), scale_down: down }));
-        ctl.scale_up_events = c.up_events.iter().map(|&(change, s)| ScaleEvent { change, at: ago(now, s), outdated: false }).collect();
+        ctl.scale_up_events =
+            c.up_events.iter().map(|&(change, s)| ScaleEvent { change, at: ago(now, s), outdated: false }).collect();
         ctl.scale_down_events =
             c.down_events.iter().map(|&(change, s)| ScaleEvent { change, at: ago(now, s), outdated: false }).collect();
         let metric = [i64::from(c.desired) * 1000];
@@ -120,6 +126,10 @@ async fn scaling_with_rules() {
     }
 }
 
+/// (name, up window, down window, history (replicas, seconds ago), current, desired, expected,
+/// AbleToScale)
+type StabilizeCase = (&'static str, i64, i64, Vec<(i32, u64)>, i32, i32, i32, &'static str);
+
 /// `TestStabilizeRecommendationWithBehaviors`-like: past recommendations bound the new one.
 #[tokio::test(start_paused = true)]
 async fn stabilization_windows() {
@@ -127,7 +137,8 @@ async fn stabilization_windows() {
     let now = Instant::now();
     let wide = vec![pods(1000, 15)];
     // (name, up window, down window, history (replicas, seconds ago), current, desired, expected, AbleToScale)
-    let cases: Vec<(&str, i64, i64, Vec<(i32, u64)>, i32, i32, i32, &str)> = vec![
+    #[rustfmt::skip]
+    let cases: Vec<StabilizeCase> = vec![
         ("the first sync: the current count is the initial recommendation", 0, 300, vec![], 5, 2, 5, "ScaleDownStabilized"),
         ("a higher recommendation in the down window holds", 0, 300, vec![(5, 100), (3, 200)], 5, 2, 5, "ScaleDownStabilized"),
         ("the highest in the window, not the current", 0, 300, vec![(4, 100), (3, 200)], 5, 2, 4, "ScaleDownStabilized"),
@@ -231,10 +242,7 @@ fn replay_reads_both_recordings_and_syncs_every_interval() {
     let a = crate::replay::read_points(&bench, "gateway_pool_signal").unwrap();
     let b = crate::replay::read_points(&series, "gateway_pool_signal").unwrap();
     assert_eq!(a.iter().map(|p| p.1).collect::<Vec<_>>(), b.iter().map(|p| p.1).collect::<Vec<_>>());
-    let behavior = BehaviorSpec {
-        scale_up: None,
-        scale_down: rules(20, SelectPolicy::Max, vec![percent(100, 15)]),
-    };
+    let behavior = BehaviorSpec { scale_up: None, scale_down: rules(20, SelectPolicy::Max, vec![percent(100, 15)]) };
     let mut ctl = Controller::new(spec(1, 4, behavior));
     let out = crate::replay::replay(&mut ctl, &a, Duration::from_secs(15), 1);
     let replicas: Vec<(f64, i32)> = out.iter().map(|(t, d)| (*t, d.desired)).collect();

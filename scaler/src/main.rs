@@ -15,7 +15,10 @@ use scaler::workers::{WorkerConfig, Workers};
 use scaler::{decision_line, quantity};
 
 #[derive(Parser)]
-#[command(version, about = "A local HPA: reads the gateway's external metric, decides as the HPA does, runs CPU workers")]
+#[command(
+    version,
+    about = "A local HPA: reads the gateway's external metric, decides as the HPA does, runs CPU workers"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -35,7 +38,7 @@ enum Cmd {
         client_org: String,
     },
     /// Scale CPU workers between --min and --max on the gateway's metric.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// The decisions over a recorded signal (JSON lines), offline.
     Replay(ReplayArgs),
 }
@@ -179,7 +182,7 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Cmd::Run(a) => tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(a)),
+        Cmd::Run(a) => tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(*a)),
     }
 }
 

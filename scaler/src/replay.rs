@@ -46,7 +46,12 @@ pub fn read_points(path: &Path, field: &str) -> anyhow::Result<Vec<(f64, i64)>> 
 }
 
 /// The decisions, one per sync, as `(seconds since the first point, decision)`.
-pub fn replay(ctl: &mut Controller, points: &[(f64, i64)], interval: Duration, start_replicas: i32) -> Vec<(f64, Decision)> {
+pub fn replay(
+    ctl: &mut Controller,
+    points: &[(f64, i64)],
+    interval: Duration,
+    start_replicas: i32,
+) -> Vec<(f64, Decision)> {
     let Some(&(t0, _)) = points.first() else { return Vec::new() };
     let t_end = points.last().map_or(t0, |p| p.0);
     let origin = Instant::now();

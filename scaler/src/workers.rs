@@ -216,7 +216,9 @@ async fn wait_unrouted(cfg: &WorkerConfig, url: &str) -> String {
         let limit = fallback + Duration::from_secs(10);
         while start.elapsed() < limit {
             match admin_get(admin, "/v1/pools").await {
-                Ok(body) if !body.contains(url) => return format!("gone from the gateway's pool after {:.1?}", start.elapsed()),
+                Ok(body) if !body.contains(url) => {
+                    return format!("gone from the gateway's pool after {:.1?}", start.elapsed());
+                }
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
