@@ -1,24 +1,59 @@
 #!/usr/bin/env bash
-# The main job: the whole serving path on one machine, no cluster. Fetches ONNX Runtime, builds,
-# starts two CPU workers and a gateway on free ports, classifies sample queries, shows an error,
-# then loads the gateway in steps while printing the scaling signal, drains one worker with
-# SIGTERM under load (no request fails), and stops everything.
+# The main job: the product's story on one machine, no cluster (docs/demo.md).
 #
-#   scripts/demo.sh            # about two minutes after the build
-#   DEMO_STEP_S=5 scripts/demo.sh
+# Fetches ONNX Runtime, builds (release), makes certificates, starts a gateway whose worker set is
+# a worker file and whose external metrics API (external.metrics.k8s.io, HTTPS, client
+# certificates) serves the scaling signal, and a local scaler that reads that API exactly as the
+# HPA does and decides with the HPA's algorithm and the chart's behavior (shorter windows:
+# scripts/demo-behavior.yaml), starting and stopping CPU workers between 1 and DEMO_MAX.
+# Classifies the sample queries, shows a JSON error, then loads the gateway in steps up and back
+# down with loadtest (live: load, latency, signal, replicas, and the scaler's decisions), and ends
+# with the HTML report and a summary: replicas 1 -> N -> 1, failed requests 0.
+#
+#   scripts/demo.sh                        # about 3 minutes after the build
+#   DEMO_STEP_S=6 DEMO_TAIL_S=30 scripts/demo.sh
+#
+# Knobs: DEMO_STEP_S (15) seconds per load step; DEMO_TAIL_S (45) low load at the end, for the
+# scale-down; DEMO_RATES ("R1 R2 ...": requests/s of the steps; default: from one worker's
+# measured capacity); DEMO_TARGET_QUEUE (2) the gateway's --target-queue (requests queued or
+# running per replica at target; small, as a CPU worker is slow); DEMO_MAX (3) most workers;
+# DEMO_SYNC (2s) the scaler's sync period;
+# DEMO_OUT (target/demo) where the report goes; DEMO_BIN_DIR: take the binaries from there and do
+# not build (the test uses target/debug); DEMO_WORKER_ARGS ("--threads 1") the workers' arguments
+# (the GPU variant: "--device cuda:0 --model models/build/gpu", with DEMO_MAX=1 on one GPU, and
+# ORT_DYLIB_PATH set to the CUDA build: docs/demo.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-step_s=${DEMO_STEP_S:-8}
+step_s=${DEMO_STEP_S:-15}
+tail_s=${DEMO_TAIL_S:-45}
+max=${DEMO_MAX:-3}
+sync=${DEMO_SYNC:-2s}
+target_queue=${DEMO_TARGET_QUEUE:-2}
+out=${DEMO_OUT:-target/demo}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
 
-ORT_DYLIB_PATH=$(scripts/fetch-ort.sh)
+# A GPU run brings its own (DEMO_WORKER_ARGS="--device cuda:0 ...", docs/demo.md).
+ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/fetch-ort.sh)}
 export ORT_DYLIB_PATH
-echo "== building (release)"
-cargo build --release --locked -p worker -p gateway -p loadtest
-bin=${CARGO_TARGET_DIR:-target}/release
+read -r -a worker_args <<<"${DEMO_WORKER_ARGS:---threads 1}"
+if [ -n "${DEMO_BIN_DIR:-}" ]; then
+  bin=$DEMO_BIN_DIR
+else
+  echo "== building (release)"
+  cargo build --release --locked -p worker -p gateway -p loadtest -p scaler
+  bin=${CARGO_TARGET_DIR:-target}/release
+fi
 
 work=$(mktemp -d)
 pids=()
+scaler_pid=
 cleanup() {
+  # The scaler first: it takes its workers out of the gateway, drains and stops them.
+  if [ -n "$scaler_pid" ] && kill -0 "$scaler_pid" 2>/dev/null; then
+    kill -TERM "$scaler_pid" 2>/dev/null || true
+    wait "$scaler_pid" 2>/dev/null || true
+  fi
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
@@ -26,21 +61,56 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 . scripts/lib/start.sh
-# start NAME CMD...: runs CMD in the background and waits until it listens; sets $url.
-start() {
-  local name=$1; shift
-  start_listening "$work/$name" "$@"
-  url=$started_url
-  echo "$name: $url (pid $started_pid)"
-}
 
-echo "== starting two workers (CPU, int8 model) and a gateway"
-start worker-a "$bin/worker" --listen 127.0.0.1:0 --threads 1; wa=$url; wa_pid=$started_pid
-start worker-b "$bin/worker" --listen 127.0.0.1:0 --threads 1; wb=$url; wb_pid=$started_pid
-start gateway "$bin/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$wa" --worker "$wb" \
-  --target-queue 8 --stats-interval 250ms --signal-fall 10s
-gw=$url
-gw_admin=$(sed -n 's/^admin listening on //p' "$work/gateway.stdout")   # /metrics, /v1/signal
+echo "== certificates: a CA, the metrics API's serving certificate, the scaler's client certificate"
+"$bin/scaler" certs "$work/certs" | sed 's/^/   /'
+c=$work/certs
+
+echo "== a gateway: workers from a file the scaler writes; the external metrics API on HTTPS"
+: >"$work/workers.txt"
+start_listening "$work/gateway" "$bin/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+  --worker-file "$work/workers.txt" --worker-file-interval 250ms \
+  --target-queue "$target_queue" --stats-interval 250ms --signal-fall 10s \
+  --metrics-api-listen 127.0.0.1:0 --tls-cert-file "$c/server.crt" --tls-private-key-file "$c/server.key" \
+  --client-ca-file "$c/ca.crt" --requestheader-client-ca-file "$c/front-proxy-ca.crt" \
+  --authorization-mode AlwaysAllow
+gw=$started_url
+gw_admin=$(sed -n 's/^admin listening on //p' "$work/gateway.stdout")
+api=$(sed -n 's/^metrics API listening on //p' "$work/gateway.stdout")
+echo "   clients $gw, admin $gw_admin, metrics API $api"
+echo "   (--authorization-mode AlwaysAllow: no cluster to ask; authentication by client certificate stays on)"
+
+if [ -n "${DEMO_RATES:-}" ]; then
+  rates=$DEMO_RATES
+else
+  echo "== one worker's capacity through a gateway, to size the load steps (a worker and a gateway of"
+  echo "   their own; closed loop, 8 clients, 3 s)"
+  start_listening "$work/probe-worker" "$bin/worker" --listen 127.0.0.1:0 "${worker_args[@]}"
+  probe_worker=$started_pid
+  start_listening "$work/probe-gateway" "$bin/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$started_url"
+  probe_gateway=$started_pid
+  cap=$("$bin/loadtest" --url "$started_url" -c 8 -d 3s --warmup 1s --json |
+    python3 -c 'import json,sys; print(int(json.loads(sys.stdin.readline())["throughput_per_s"]))')
+  kill -TERM "$probe_gateway" "$probe_worker"; wait "$probe_gateway" "$probe_worker" 2>/dev/null || true
+  echo "   $cap requests/s"
+  rates=$(python3 -c "c=$cap; print(' '.join(str(max(1, round(c*f))) for f in (0.15, 0.4, 0.8, 1.1, 0.8, 0.4)))")
+fi
+
+echo "== the scaler: the HPA's request, algorithm and behavior (scripts/demo-behavior.yaml), 1..$max workers"
+series=$out/scaler.jsonl
+: >"$series"
+"$bin/scaler" run --metrics-api "$api" --ca-file "$c/ca.crt" --cert-file "$c/client.crt" --key-file "$c/client.key" \
+  --pool default --min 1 --max "$max" --interval "$sync" --behavior scripts/demo-behavior.yaml \
+  --worker-file "$work/workers.txt" --worker-file-interval 250ms --gateway-admin "$gw_admin" \
+  --worker-bin "$bin/worker" "${worker_args[@]/#/--worker-arg=}" --worker-log-dir "$work/workers" \
+  --series "$series" >"$work/scaler.stdout" 2>"$work/scaler.stderr" &
+scaler_pid=$!
+for _ in $(seq 1 600); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "$gw/readyz")" = 200 ] && break
+  kill -0 "$scaler_pid" 2>/dev/null || { echo "the scaler exited:" >&2; cat "$work/scaler.stdout" "$work/scaler.stderr" >&2; exit 1; }
+  sleep 0.1
+done
+sed 's/^/   /' "$work/scaler.stdout"
 
 echo
 echo "== classifying through the gateway (the reference queries of models/sanity.json)"
@@ -53,40 +123,64 @@ echo "== bad input gets a JSON error"
 curl -s -w '   (HTTP %{http_code})\n' -G --data-urlencode "query=   " "$gw/predict"
 curl -s -w '   (HTTP %{http_code})\n' -d '{"query": 42}' "$gw/predict"
 
-signal() {
-  curl -s "$gw_admin/v1/signal" | python3 -c '
+echo
+echo "== the HPA's request, made with the scaler's client certificate"
+echo "   GET $api/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gateway_pool_signal?labelSelector=pool%3Ddefault"
+curl -s --cacert "$c/ca.crt" --cert "$c/client.crt" --key "$c/client.key" \
+  "$api/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gateway_pool_signal?labelSelector=pool%3Ddefault" |
+  python3 -c 'import json,sys; d=json.load(sys.stdin); print("  ", json.dumps(d["items"]))'
+echo "   without a certificate: HTTP $(curl -s -o /dev/null -w '%{http_code}' --cacert "$c/ca.crt" "$api/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gateway_pool_signal")"
+
+low=${rates%% *}
+profile="steps($rates, ${step_s}s), const($low, ${tail_s}s)"
+
+echo
+echo "== load: $profile"
+echo "   live: load and latency per second | the gateway's signal (replicas the load needs) and workers |"
+echo "   the scaler's series; [scaler] lines: its decisions (time UTC, metric, current, desired, reason)"
+tail -n 0 -f "$work/scaler.stdout" > >(sed -u 's/^/   [scaler] /') &
+tail_pid=$!
+pids+=("$tail_pid")
+"$bin/loadtest" --url "$gw" --rate "$profile" --warmup 0s --threads 1 --progress always \
+  --gateway-admin "$gw_admin" --pool default --series "$series" \
+  --report "$out/demo-report.html" --summary "$out/demo-run.json" --title "Autoscaling demo: gateway signal -> HPA algorithm -> workers" |
+  cat
+
+echo
+echo "== waiting for the scale-down to reach 1 worker (at most 90 s)"
+for _ in $(seq 1 900); do
+  last=$(python3 -c '
 import json, sys
-for p in json.load(sys.stdin):
-    c = p["components"]
-    print("   signal[%s] = %.2f replicas (raw %.2f: queue %.2f, gpu %.2f, backlog %.2f; workers %d, blind %d, without GPU telemetry %d)%s" % (
-        p["pool"], p["signal"], c["raw"], c["queue"], c["gpu"], c["backlog"], c["workers"], c["blind"], c["gpu_missing"],
-        "  STALE" if p["stale"] else ""))'
-}
-
-echo
-echo "== load steps through the gateway (the signal is in replicas: how many the load needs at target)"
-echo "   (it starts near the number of workers: a worker counts as one replica until its telemetry"
-echo "   arrives, and the signal falls slowly, so what the gateway cannot see never scales in)"
-signal
-for c in 1 8 32; do
-  # The first step prints the table's header too.
-  "$bin/loadtest" --url "$gw" --concurrency "$c" --duration-s "$step_s" --warmup-s 0.5 | { [ "$c" = 1 ] && cat || tail -n 1; }
-  signal
+v = [json.loads(l)["value"] for l in open(sys.argv[1]) if l.strip() and json.loads(l)["series"] == "replicas"]
+print(int(v[-1]) if v else 0)' "$series")
+  [ "$last" = 1 ] && break
+  sleep 0.1
 done
+sleep 0.5
+kill "$tail_pid" 2>/dev/null || true
 
 echo
-echo "== SIGTERM to one worker under load: it drains, the gateway retries elsewhere, nothing fails"
-"$bin/loadtest" --url "$gw" --concurrency 16 --duration-s "$step_s" --warmup-s 0 >"$work/drain.txt" &
-lt=$!
-sleep 2
-kill -TERM "$wb_pid"
-wait "$lt"
-cat "$work/drain.txt"
-wait "$wb_pid" && echo "worker-b exited 0 after draining"
-signal
-
-echo
-echo "== a few gateway metrics"
-curl -s "$gw_admin/metrics" | grep -E '^gateway_(signal|pool|worker_pressure|retries|ejections)' | head -n 20 || true
-echo
-echo "done: the gateway and the remaining worker are stopped on exit."
+echo "== summary"
+python3 - "$series" "$out/demo-run.json" "$out/demo-report.html" "$max" <<'EOF'
+import json, sys
+series, run, report, most = sys.argv[1:4] + [int(sys.argv[4])]
+reps = [int(json.loads(l)["value"]) for l in open(series) if l.strip() and json.loads(l)["series"] == "replicas"]
+path = [r for i, r in enumerate(reps) if i == 0 or r != reps[i - 1]]
+s = json.load(open(run))
+t = s["total"]
+failed = t["requests"] - t["ok"]
+print(f"   replicas: {' -> '.join(map(str, path))} (peak {max(reps)})")
+print(f"   requests: {t['requests']}, ok {t['ok']}, failed {failed}" + (f" {t['errors']}" if failed else ""))
+print(f"   latency p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms, max {t['max_ms']:.1f} ms")
+sig = (s.get("signal") or {}).get("samples") or []
+if sig:
+    peak = max(sig, key=lambda x: x["signal"])
+    print(f"   signal: peak {peak['signal']:.2f} replicas (queue term {peak['queue']:.2f}, GPU term {peak['gpu']:.2f}; "
+          f"largest GPU term {max(x['gpu'] for x in sig):.2f})")
+print(f"   report: {report}")
+print(f"   scaler series: {series}; run: {run}")
+ok = (max(reps) > 1 or most == 1) and reps[-1] == 1 and failed == 0
+print("   " + ("OK: replicas went up with the load and back down, no request failed" if ok else
+             "NOT AS EXPECTED: replicas should go up and back to 1 with no failed request"))
+sys.exit(0 if ok else 1)
+EOF
