@@ -348,9 +348,19 @@ impl Endpoint {
         self.penalized.store(true, Ordering::Release);
     }
 
-    /// The balancer's latency estimate now (seconds).
+    /// The balancer's latency estimate now (seconds). A penalty older than `ewma::PENALTY_HOLD`
+    /// with no answer since ends here: the estimate starts over at the default.
     pub(crate) fn rtt_estimate_s(&self) -> f64 {
-        self.rtt.lock().map(|e| e.at(Instant::now(), self.rtt_decay)).unwrap_or(0.0)
+        let now = Instant::now();
+        self.rtt
+            .lock()
+            .map(|mut e| {
+                if e.expire_penalty(self.default_rtt, now) {
+                    self.penalized.store(false, Ordering::Release);
+                }
+                e.at(now, self.rtt_decay)
+            })
+            .unwrap_or(0.0)
     }
 
     pub(crate) fn outstanding(&self) -> u64 {
@@ -572,11 +582,17 @@ mod tests {
         assert!(est.is_finite() && est <= super::super::ewma::PENALTY_CAP_S, "{est}");
         // Refusals stop; the worker answers (its first answer in a while): it starts over.
         tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(e.rtt_estimate_s() > 0.5, "the penalty holds");
         e.apply(HealthEffect::Success { rtt: Some(Duration::from_millis(5)) }, &ctx, &"ok");
         assert!((e.rtt_estimate_s() - 0.030).abs() < 1e-9, "{}", e.rtt_estimate_s());
         // Later answers are samples as usual.
         e.apply(HealthEffect::Success { rtt: Some(Duration::from_millis(80)) }, &ctx, &"ok");
         assert!((e.rtt_estimate_s() - 0.080).abs() < 1e-9, "{}", e.rtt_estimate_s());
+        // Refused again, and given no traffic: the penalty ends by itself after a second.
+        e.apply(HealthEffect::Refused, &ctx, &"429");
+        assert!((e.rtt_estimate_s() - 0.160).abs() < 1e-9, "{}", e.rtt_estimate_s());
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        assert!((e.rtt_estimate_s() - 0.030).abs() < 1e-9, "{}", e.rtt_estimate_s());
         // Out of rotation with the highest estimate there is, and back: the default again, as
         // low as a worker that has been answering in 30 ms, so it wins duels at once.
         for _ in 0..100 {

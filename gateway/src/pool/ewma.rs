@@ -17,6 +17,12 @@ use tokio::time::Instant;
 /// as slow as the deadline, a penalty is a guess.
 pub(crate) const PENALTY_CAP_S: f64 = 1.0;
 
+/// How long a penalty holds without another one: then the estimate starts over (see
+/// [`PeakEwma::expire_penalty`]), so that a worker that stopped refusing gets traffic again
+/// within seconds (a penalised estimate would take tens of seconds to decay, and a worker that
+/// gets no traffic cannot show that it answers again).
+pub(crate) const PENALTY_HOLD: Duration = Duration::from_secs(1);
+
 /// Peak-EWMA latency estimate (tower's `load::PeakEwma`): jumps up to a slower sample at once,
 /// moves towards faster ones with time constant `decay`, and without samples decays towards zero,
 /// so that a worker nobody picks (new, or slow once) is tried again after a while instead of
@@ -26,6 +32,8 @@ pub(crate) struct PeakEwma {
     estimate_s: f64,
     updated: Instant,
     cap_s: f64,
+    /// When the last penalty was given, until the estimate starts over.
+    penalized_at: Option<Instant>,
 }
 
 /// `s` as a finite number of seconds in `[0, cap]` (NaN counts as the cap: a broken sample must
@@ -44,7 +52,7 @@ impl PeakEwma {
     /// An estimate starting at `initial`, never above `cap` (at least a microsecond).
     pub(crate) fn new(initial: Duration, cap: Duration, now: Instant) -> Self {
         let cap_s = bounded(cap.as_secs_f64(), f64::MAX).max(1e-6);
-        Self { estimate_s: bounded(initial.as_secs_f64(), cap_s), updated: now, cap_s }
+        Self { estimate_s: bounded(initial.as_secs_f64(), cap_s), updated: now, cap_s, penalized_at: None }
     }
 
     #[cfg(test)]
@@ -81,6 +89,19 @@ impl PeakEwma {
         let penalized = (current * 2.0).max(bounded(floor.as_secs_f64(), self.cap_s)).min(ceiling);
         self.estimate_s = bounded(current.max(penalized), self.cap_s);
         self.updated = now;
+        self.penalized_at = Some(now);
+    }
+
+    /// Start over at `at` when the last penalty is older than [`PENALTY_HOLD`] (and no answer
+    /// came since). Returns whether it did.
+    pub(crate) fn expire_penalty(&mut self, at: Duration, now: Instant) -> bool {
+        match self.penalized_at {
+            Some(t) if now.saturating_duration_since(t) >= PENALTY_HOLD => {
+                self.restart(at, now);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Start again at `at` (a worker ready again, or answering again after refusals): what was
@@ -88,6 +109,7 @@ impl PeakEwma {
     pub(crate) fn restart(&mut self, at: Duration, now: Instant) {
         self.estimate_s = bounded(at.as_secs_f64(), self.cap_s);
         self.updated = now;
+        self.penalized_at = None;
     }
 }
 
@@ -134,6 +156,7 @@ mod tests {
         Sample(Duration),
         Penalty(Duration),
         Restart(Duration),
+        Expire(Duration),
         Advance(Duration),
     }
 
@@ -152,6 +175,7 @@ mod tests {
             4 => duration().prop_map(Op::Sample),
             4 => duration().prop_map(Op::Penalty),
             1 => duration().prop_map(Op::Restart),
+            1 => duration().prop_map(Op::Expire),
             2 => duration().prop_map(Op::Advance),
         ]
     }
@@ -181,6 +205,9 @@ mod tests {
                     Op::Sample(d) => e.observe(d, now, decay),
                     Op::Penalty(d) => e.penalize(d, now, decay),
                     Op::Restart(d) => e.restart(d, now),
+                    Op::Expire(d) => {
+                        e.expire_penalty(d, now);
+                    }
                     Op::Advance(d) => now = now.checked_add(d.min(Duration::from_secs(1 << 40))).unwrap_or(now),
                 }
                 let est = e.at(now, decay);

@@ -94,7 +94,9 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
                 tracing::debug!(pool = %pool.name, from = %first.url, to = %ep.url, reason = reason.as_str(), "retrying");
             }
         }
-        let deadline = budget.attempt_deadline(Instant::now(), ep.rtt_estimate_s(), policy, req.cost.scale);
+        let another_ready = pool.endpoints().iter().any(|e| e.is_ready() && !Arc::ptr_eq(e, &ep));
+        let deadline =
+            budget.attempt_deadline(Instant::now(), ep.rtt_estimate_s(), policy, req.cost.scale, another_ready);
         match attempt(pool, &ep, req, deadline).await {
             Attempt::Answer(a, error_type) => break (Some(ep), Ok((a, error_type))),
             Attempt::Timeout => break (Some(ep), Err(RequestError::Timeout)),

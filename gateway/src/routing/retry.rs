@@ -50,14 +50,17 @@ impl Budget {
     /// When the next attempt, starting at `now` on a worker of latency estimate `estimate_s`,
     /// must have its answer, and whether that is the request's deadline (then a timeout is the
     /// request's: 504, not retried). `scale` (at least 1) is the request's cost over a light one's.
+    /// Without `another_ready` worker to retry on, the attempt waits until the deadline: a slow
+    /// worker's answer is better than none.
     pub(crate) fn attempt_deadline(
         &self,
         now: Instant,
         estimate_s: f64,
         policy: AttemptTimeout,
         scale: f64,
+        another_ready: bool,
     ) -> (Instant, bool) {
-        if self.retries_left == 0 {
+        if self.retries_left == 0 || !another_ready {
             return (self.deadline, true);
         }
         let by_estimate = policy.factor * estimate_s;
@@ -94,9 +97,10 @@ mod tests {
     fn one_retry_and_the_last_attempt_gets_the_request_deadline() {
         let t0 = Instant::now();
         let mut b = Budget::new(t0, Duration::from_secs(10));
-        assert_eq!(b.attempt_deadline(t0, 0.01, POLICY, 1.0), (t0 + Duration::from_secs(1), false));
+        assert_eq!(b.attempt_deadline(t0, 0.01, POLICY, 1.0, true), (t0 + Duration::from_secs(1), false));
+        assert_eq!(b.attempt_deadline(t0, 0.01, POLICY, 1.0, false), (t0 + Duration::from_secs(10), true), "alone");
         assert!(b.take_retry());
-        assert_eq!(b.attempt_deadline(t0, 0.01, POLICY, 1.0), (t0 + Duration::from_secs(10), true));
+        assert_eq!(b.attempt_deadline(t0, 0.01, POLICY, 1.0, true), (t0 + Duration::from_secs(10), true));
         assert!(!b.take_retry(), "only one");
     }
 
@@ -104,7 +108,7 @@ mod tests {
     fn the_attempt_timeout_follows_the_estimate_and_the_cost_within_the_deadline() {
         let t0 = Instant::now();
         let b = Budget::new(t0, Duration::from_secs(10));
-        let at = |now, est, scale| b.attempt_deadline(now, est, POLICY, scale);
+        let at = |now, est, scale| b.attempt_deadline(now, est, POLICY, scale, true);
         assert_eq!(at(t0, 0.5, 1.0), (t0 + Duration::from_secs(2), false), "4 x 500 ms");
         assert_eq!(at(t0, 0.0, 1.0), (t0 + Duration::from_secs(1), false), "the floor");
         assert_eq!(at(t0, 0.0, 3.0), (t0 + Duration::from_secs(3), false), "a heavy request waits longer");
