@@ -194,7 +194,7 @@ mod tests {
             cap in duration(),
             decay in duration(),
             start in duration(),
-            ops in prop::collection::vec(op(), 0..200),
+            ops in prop::collection::vec(op(), 0..64),
         ) {
             let mut now = Instant::now();
             let mut e = PeakEwma::new(start, cap, now);
