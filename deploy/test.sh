@@ -21,7 +21,11 @@ if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >&2
 fi
 target=${CARGO_TARGET_DIR:-$root/target}
-cargo build -q --locked -p gateway -p worker --bins
+# scripts/test.sh runs this after `cargo test --workspace`, which has just built both binaries
+# (with the test build's features: a plain `cargo build` would rebuild much of the tree).
+if [ "${DEPLOY_TEST_SKIP_BUILD:-0}" != 1 ] || [ ! -x "$target/debug/gateway" ] || [ ! -x "$target/debug/worker" ]; then
+  cargo build -q --locked -p gateway -p worker --bins
+fi
 py="$tools/python"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
