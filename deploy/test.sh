@@ -58,6 +58,8 @@ step "chart checks (ports, probes, GPU, APIService, RBAC, HPA behaviour, rules, 
 # A grace period not above the drain is refused at render time.
 step "helm template refuses a grace period shorter than the drain" sh -c \
   "! '$tools/helm' template x '$chart' --set workerDefaults.terminationGracePeriodSeconds=60 2>'$out/err' && grep -q 'must exceed' '$out/err'"
+step "helm template refuses minReplicas 0 under an HPA" sh -c \
+  "! '$tools/helm' template x '$chart' --set workerDefaults.minReplicas=0 2>/dev/null"
 step "helm template refuses an unknown autoscaling mode" sh -c \
   "! '$tools/helm' template x '$chart' --set autoscaling.mode=vpa 2>/dev/null"
 
