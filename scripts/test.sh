@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 ORT_DYLIB_PATH=$(scripts/fetch-ort.sh)
 export ORT_DYLIB_PATH
+scripts/fetch-k8s-tools.sh >/dev/null  # helm for the chart_args tests, tools for deploy/test.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
@@ -16,3 +17,5 @@ echo "== cargo test"
 cargo test --workspace --locked
 echo "== models: the GPU model's conversion, checked on CPU (pytest)"
 "$(models/venv.sh)" -m pytest -q -p no:cacheprovider models/tests
+echo "== deploy: chart, rules, dashboard, images' entrypoint, live metrics and Prometheus"
+DEPLOY_TEST_SKIP_BUILD=1 deploy/test.sh

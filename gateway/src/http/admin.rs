@@ -90,8 +90,8 @@ async fn pools_view(State(state): State<AppState>) -> Json<Vec<PoolView>> {
     )
 }
 
-async fn metrics_handler(State(state): State<AppState>) -> Response {
-    let body = metrics::render(&state.registry);
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], Body::from(body))
-        .into_response()
+async fn metrics_handler(State(state): State<AppState>, headers: http::HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, body) = metrics::negotiate(metrics::render(&state.registry), accept);
+    ([(header::CONTENT_TYPE, content_type)], Body::from(body)).into_response()
 }

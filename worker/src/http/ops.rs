@@ -25,11 +25,14 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
-        Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
-            .into_response(),
+        Ok(()) => {
+            let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+            let (content_type, body) = crate::metrics::negotiate(body, accept);
+            ([(header::CONTENT_TYPE, content_type)], body).into_response()
+        }
         Err(e) => ApiError::Internal(format!("encoding metrics: {e}")).into_response(),
     }
 }
