@@ -4,7 +4,6 @@
 use scaler::behavior::{BUILTIN_TARGET, Behavior, BehaviorSpec};
 
 #[test]
-#[ignore = "the chart (deploy/helm/inference-gateway/values.yaml) comes with branch `deploy`; un-ignore once it is merged"]
 fn the_builtin_behavior_and_target_are_the_charts() {
     let path = testkit::repo_root().join("deploy/helm/inference-gateway/values.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
