@@ -94,7 +94,7 @@ where
         backend
     };
     let parts = Parts {
-        tokenizer: model.tokenizer,
+        encoder: model.encoder,
         labels: model.labels.clone(),
         limits: RequestLimits {
             max_queries: config.max_queries,
