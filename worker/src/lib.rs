@@ -190,11 +190,13 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
     tracing::info!(model = %model.model_path.display(), labels = model.labels.len(), device = %config.device, "loading");
     let env = backend::ort::load_library(config.ort_lib.as_deref())?;
-    let (path, device, threads, n) = (model.model_path.clone(), config.device, config.threads, model.labels.len());
+    let (path, device, n) = (model.model_path.clone(), config.device, model.labels.len());
+    let options = config.session_options();
+    tracing::info!(?options, "ONNX Runtime session settings");
     let buckets = ShapeBuckets { max_rows: config.max_batch_rows.max(1), max_seq: model.max_tokens };
     let max_tokens = config.max_batch_tokens;
     let worker = build(&config, model, move |_lane| {
-        let backend = OrtBackend::load(&env, &path, device, threads, n)?;
+        let backend = OrtBackend::load_with(&env, &path, &options, n)?;
         match device {
             Device::Cuda(_) => backend.with_shape_buckets(buckets, max_tokens),
             Device::Cpu => Ok(backend),
