@@ -39,6 +39,15 @@ use crate::metrics::{LiveCollector, Metrics};
 use crate::model::{ModelDir, ModelError};
 use crate::stats::Stats;
 
+/// mimalloc instead of glibc's malloc, for the worker binary and everything else linking this
+/// crate (its tests, `examples/fake_worker.rs`): a request allocates and frees a few dozen small
+/// blocks on whichever runtime thread serves it, and glibc's per-arena locks contend across 16
+/// runtime threads (the H100 profile in issue 14: glibc's allocator ~36 % of the worker's CPU,
+/// ~6.5 % in lock contention). Measured in `benches/RESULTS.md` (host cost).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The least time the listener's drain gives answers already computed to be written.
 const MIN_ANSWER_TIME: Duration = Duration::from_secs(1);
 
