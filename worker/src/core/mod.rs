@@ -197,6 +197,7 @@ impl Core {
         self.stats.admitted(Instant::now(), n);
         self.metrics.admitted(class.as_str(), tokens);
         let queue = &self.lanes[class as usize];
+        // The request's span, when it was made up front (for the backend thread's trace line).
         let span = tracing::Span::current();
         let enqueue = |tokens: Tokens| {
             let (respond, rx) = oneshot::channel();
