@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::Path;
 
 use ort::ep::{self, ArbitrarilyConfigurableExecutionProvider};
@@ -66,6 +67,9 @@ struct Bound {
     token_type_ids: Option<Tensor<i64>>,
 }
 
+/// I/O binding's allocator and the buffers of each `(rows, seq_len)` met.
+type Binding = (Allocator, HashMap<(usize, usize), Bound>);
+
 pub struct OrtBackend {
     session: Session,
     inputs: InputNames,
@@ -73,7 +77,7 @@ pub struct OrtBackend {
     num_labels: usize,
     buckets: Option<ShapeBuckets>,
     /// With I/O binding: where its buffers are allocated, and the buffers of each shape met.
-    binding: Option<(Allocator, HashMap<(usize, usize), Bound>)>,
+    binding: Option<Binding>,
 }
 impl std::fmt::Debug for OrtBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -250,19 +254,21 @@ impl OrtBackend {
         let Self { session, inputs, output, num_labels, binding, .. } = self;
         let (allocator, shapes) = binding.as_mut().expect("I/O binding is on");
         let shape = (batch.rows, batch.seq_len);
-        if !shapes.contains_key(&shape) {
-            let tensor = || Tensor::<i64>::new(allocator, [batch.rows, batch.seq_len]).map_err(err);
-            let mut bound = Bound {
-                binding: session.create_binding().map_err(err)?,
-                input_ids: tensor()?,
-                attention_mask: inputs.attention_mask.as_ref().map(|_| tensor()).transpose()?,
-                token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor()).transpose()?,
-            };
-            let out = Tensor::<f32>::new(allocator, [batch.rows, *num_labels]).map_err(err)?;
-            bound.binding.bind_output(output.as_str(), out).map_err(err)?;
-            shapes.insert(shape, bound);
-        }
-        let bound = shapes.get_mut(&shape).expect("made above");
+        let bound = match shapes.entry(shape) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let tensor = || Tensor::<i64>::new(allocator, [batch.rows, batch.seq_len]).map_err(err);
+                let mut bound = Bound {
+                    binding: session.create_binding().map_err(err)?,
+                    input_ids: tensor()?,
+                    attention_mask: inputs.attention_mask.as_ref().map(|_| tensor()).transpose()?,
+                    token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor()).transpose()?,
+                };
+                let out = Tensor::<f32>::new(allocator, [batch.rows, *num_labels]).map_err(err)?;
+                bound.binding.bind_output(output.as_str(), out).map_err(err)?;
+                e.insert(bound)
+            }
+        };
         bound.input_ids.extract_tensor_mut().1.copy_from_slice(&batch.input_ids);
         bound.binding.bind_input(inputs.input_ids.as_str(), &bound.input_ids).map_err(err)?;
         if let (Some(name), Some(t)) = (&inputs.attention_mask, &mut bound.attention_mask) {
