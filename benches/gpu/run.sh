@@ -19,8 +19,9 @@
 #   bash benches/gpu/run.sh [APP_DIR [MODEL_DIR [OUT_DIR]]]      (from the repository root)
 #
 #   APP_DIR    worker, gateway, loadtest and (optional) fake_worker binaries [target/release]:
-#              cargo build --release -p worker -p gateway -p loadtest
-#              cargo build --release -p worker --example fake_worker   (-> target/release/examples/)
+#              benches/gpu/stage.sh builds them and copies them, stripped, to .gpu/app (ignored;
+#              carry that folder), or cargo build --release -p worker -p gateway -p loadtest and
+#              cargo build --release -p worker --example fake_worker (-> target/release/examples/)
 #   MODEL_DIR  the fp16 model [models/build/gpu] (scripts/setup-gpu.sh makes it)
 #   OUT_DIR    [benches/out/gpu-UTC-DATE]
 #
@@ -80,7 +81,8 @@ steps=$out/steps.jsonl
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } |
   tee "$out/gpu.txt"
 echo "cpus: $(nproc)" | tee -a "$out/gpu.txt"
-git rev-parse --short HEAD 2>/dev/null >"$out/commit.txt" || echo unknown >"$out/commit.txt"
+if [ -f "$app/commit.txt" ]; then cp "$app/commit.txt" "$out/commit.txt"  # benches/gpu/stage.sh wrote it
+else git rev-parse --short HEAD 2>/dev/null >"$out/commit.txt" || echo unknown >"$out/commit.txt"; fi
 "$app/worker" --version >>"$out/commit.txt" 2>/dev/null || true
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -146,7 +148,7 @@ step() {
   t1=$(cpu_ticks "$wpid")
   local th1; th1=$(thread_ticks "$wpid")
   [ -n "$spid" ] && { kill "$spid"; wait "$spid" 2>/dev/null || true; }
-  python3 - "$section" "$label" "$((t1 - t0))" "$hz" "$out/$section-${label%%:*}.json" "$statsf" "$th0" "$th1" <<'PY' | tee -a "$steps"
+  python3 - "$section" "$label" "$((t1 - t0))" "$hz" "$out/$section-${label%%:*}.json" "$statsf" "$th0" "$th1" <<'PY' >>"$steps"
 import json, statistics, sys
 section, label, ticks, hz, res, statsf, th0, th1 = sys.argv[1:]
 phases = [json.loads(l) for l in open(res) if l.strip().startswith("{")]
@@ -177,7 +179,19 @@ print(json.dumps({
     "busy_fraction": med(lambda r: r["batches"]["busy_fraction"]),
 }))
 PY
+  tail -n 1 "$steps" | python3 -c "$show_step"
 }
+
+# One step's line of steps.jsonl, shown in a line or two.
+show_step='
+import json, sys
+r = json.loads(sys.stdin.read())
+for p in r["phases"]:
+    print("%s %s %s: %.0f req/s, p50 %s ms, p99 %s ms, errors %d" % (r["section"], r["label"], p["label"],
+          p["throughput_per_s"], p["p50_ms"], p["p99_ms"], sum(p["errors"].values())))
+print("  worker %s cores, %s us/request; GPU %s %%, batch %s rows in %s ms" % (r["worker_cores"],
+      r["cpu_us_per_req"], r["gpu_util_pct"], r["mean_batch_rows"], r["mean_inference_ms"]))
+'
 
 profile() { # at 512 clients on $target/$wpid: perf if there, per-thread CPU always (in step)
   if command -v "$PERF" >/dev/null 2>&1; then
@@ -187,9 +201,9 @@ profile() { # at 512 clients on $target/$wpid: perf if there, per-thread CPU alw
     "$PERF" record -F 999 -g -p "$wpid" -o "$out/perf.data" -- sleep 5 >/dev/null 2>&1 || echo "perf record failed"
     wait "$lp" || true
     "$PERF" report -i "$out/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | head -n 40 >"$out/perf-top.txt" || true
+      grep -E '^ +[0-9.]+%' | sed -E 's/[ -]+$//' | head -n 40 >"$out/perf-top.txt" || true
     "$PERF" report -i "$out/perf.data" --no-children --sort dso --stdio 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | head -n 15 >"$out/perf-dso.txt" || true
+      grep -E '^ +[0-9.]+%' | sed -E 's/[ -]+$//' | head -n 15 >"$out/perf-dso.txt" || true
     echo "perf: $out/perf-top.txt"
   else
     echo "no perf ($PERF): the per-thread CPU of each step stands in"
@@ -199,7 +213,7 @@ profile() { # at 512 clients on $target/$wpid: perf if there, per-thread CPU alw
 if want worker || want knee || want gateway; then
   # shellcheck disable=SC2086
   start_worker gpu "$app/worker" --model "$model" --device "$DEVICE" --ort-lib "$ORT_DYLIB_PATH" $WORKER_FLAGS
-  echo "== worker $addr (cuda:0) $WORKER_FLAGS, started in $(( $(date +%s) - started_at )) s"
+  echo "== worker $addr ($DEVICE) $WORKER_FLAGS, started in $(( $(date +%s) - started_at )) s"
   check_answers "$addr" | tee "$out/sanity.txt"
   target=$addr
   if want worker; then
