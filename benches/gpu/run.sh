@@ -11,9 +11,10 @@
 #      answered in full with p99 under 10 ms and under 50 ms, and its ratio to the GPU-bound
 #      ceiling at the batches the worker ran (rows / batch time, from /v1/stats);
 #   4. the gateway in front of the same worker: 1, 128 and 512 clients;
-#   5. worker variants at 512 clients (VARIANTS: other ONNX Runtime flags), each a fresh worker;
-#   6. the worker with the fake backend (no GPU) at 512 clients, when its binary is there: the
-#      host side's own ceiling and CPU per request on this machine.
+#   5. the worker with the fake backend (no GPU) at 128 and 512 clients, when its binary is there:
+#      the host side's own ceiling and CPU per request on this machine;
+#   6. worker variants at 512 clients (VARIANTS: other ONNX Runtime flags), each a fresh worker
+#      (last: a variant that fails to start ends the run, with the summary of what was measured).
 # Ends with a compact Markdown summary (benches/gpu/summary.py) on stdout and in OUT_DIR/summary.md.
 #
 #   bash benches/gpu/run.sh [APP_DIR [MODEL_DIR [OUT_DIR]]]      (from the repository root)
@@ -31,7 +32,8 @@
 # cuDNN 9 libraries on LD_LIBRARY_PATH or found on disk (looked up below).
 # Settings: DURATION [8s] per closed-loop step (after WARMUP [2s]), KNEE_RATES [20000 40000 60000
 # 80000 100000 120000 150000 180000] (STEP [5s] each), VARIANTS (';'-separated worker flag sets,
-# default "--io-binding;--ort-spinning on"; empty: none), WORKER_FLAGS (the main worker's flags,
+# default "--io-binding;--threads 16 --ort-spinning on" (the second is about the old defaults:
+# ONNX Runtime's pool of one thread per core, spinning); empty: none), WORKER_FLAGS (the main worker's flags,
 # default below), LOADTEST_THREADS [0: one per CPU], PERF [perf], ONLY (comma list of the sections
 # worker,knee,gateway,variants,fake to run; default all), DEVICE [cuda:0] (`cpu` for a dry run
 # without a GPU).
@@ -44,7 +46,7 @@ DURATION=${DURATION:-8s}
 WARMUP=${WARMUP:-2s}
 KNEE_RATES=${KNEE_RATES:-"20000 40000 60000 80000 100000 120000 150000 180000"}
 STEP=${STEP:-5s}
-VARIANTS=${VARIANTS---io-binding;--ort-spinning on}
+VARIANTS=${VARIANTS---io-binding;--threads 16 --ort-spinning on}
 WORKER_FLAGS=${WORKER_FLAGS:---max-batch-rows 256 --max-batch-tokens 16384 --max-queue-delay 1ms --queue-capacity 8192}
 LOADTEST_THREADS=${LOADTEST_THREADS:-0}
 PERF=${PERF:-perf}
@@ -54,7 +56,19 @@ want() { [[ ",$ONLY," == *",$1,"* ]]; }
 
 . scripts/lib/start.sh
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+summarized=""
+# On every way out (a variant whose flags ONNX Runtime refuses ends the script at its start), the
+# servers stop and what was measured is summarized.
+finish() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  if [ -z "$summarized" ] && [ -s "${steps:-/nonexistent}" ]; then
+    summarized=1
+    echo "wall: $(( $(date +%s) - started_at )) s"
+    python3 benches/gpu/summary.py "$out" | tee "$out/summary.md"
+    echo "summary: $out/summary.md (commit it as benches/gpu/results/DATE-runN.md, linked from benches/RESULTS.md)"
+  fi
+}
+trap finish EXIT
 for b in worker gateway loadtest; do
   [ -x "$app/$b" ] || { echo "$app/$b missing: cargo build --release -p worker -p gateway -p loadtest" >&2; exit 1; }
 done
@@ -235,6 +249,15 @@ if want worker || want knee || want gateway; then
   stop "$wpid"
 fi
 
+if want fake && [ -n "$fake" ]; then
+  # shellcheck disable=SC2086
+  start_worker fake "$fake" --model "$model" $WORKER_FLAGS
+  echo "== fake backend (no GPU) $addr"
+  target=$addr
+  for c in 128 512; do step fake "c$c" "$addr" "$DURATION" -c "$c"; done
+  stop "$wpid"
+fi
+
 if want variants && [ -n "$VARIANTS" ]; then
   IFS=';' read -ra vs <<<"$VARIANTS"
   i=0
@@ -249,15 +272,4 @@ if want variants && [ -n "$VARIANTS" ]; then
   done
 fi
 
-if want fake && [ -n "$fake" ]; then
-  # shellcheck disable=SC2086
-  start_worker fake "$fake" --model "$model" $WORKER_FLAGS
-  echo "== fake backend (no GPU) $addr"
-  target=$addr
-  for c in 128 512; do step fake "c$c" "$addr" "$DURATION" -c "$c"; done
-  stop "$wpid"
-fi
-
-echo "wall: $(( $(date +%s) - started_at )) s"
-python3 benches/gpu/summary.py "$out" | tee "$out/summary.md"
-echo "summary: $out/summary.md (commit it as benches/gpu/results/DATE-runN.md, linked from benches/RESULTS.md)"
+finish
