@@ -1,37 +1,79 @@
 #!/usr/bin/env bash
-# The GPU run: the worker on cuda:0 with the fp16 model, its answers checked, then driven by the
-# bundled load generator at several fixed concurrencies while /v1/stats is sampled (NVML device
-# utilization, process SM utilization, backend busy fraction, batch rows); then the int8 model on
-# the CPU execution provider of the same machine, for reference; then the gateway in front of one
-# GPU worker, loaded while its scaling signal is read. Ends with a Markdown summary
-# (benches/gpu/summarize.py) to commit as benches/gpu/results/DATE-runN.md; raw output stays in
-# OUT_DIR.
+# The GPU sitting (issue 14), in one invocation of about 5-7 minutes: the worker on cuda:0 with the
+# fp16 model, its answers to models/sanity.json checked, then
+#   1. the worker alone: one client (single-request p50), 128 and 512 clients (closed loop), with
+#      the worker's host CPU per request (/proc/PID/stat over each measured step) and the GPU's
+#      telemetry (/v1/stats: NVML utilization, batch rows and time);
+#   2. a profile of the worker at 512 clients: `perf` when it is there (PERF=path, or on PATH),
+#      and always CPU per thread group (/proc/PID/task/*/stat: runtime threads, backend threads,
+#      ONNX Runtime's pool, ...), the fallback when there is no perf;
+#   3. the knee: open-loop steps of rising rate (KNEE_RATES), p99 per step; the highest rate
+#      answered in full with p99 under 10 ms and under 50 ms, and its ratio to the GPU-bound
+#      ceiling at the batches the worker ran (rows / batch time, from /v1/stats);
+#   4. the gateway in front of the same worker: 1, 128 and 512 clients;
+#   5. the worker with the fake backend (no GPU) at 128 and 512 clients, when its binary is there:
+#      the host side's own ceiling and CPU per request on this machine;
+#   6. worker variants at 512 clients (VARIANTS: other ONNX Runtime flags), each a fresh worker
+#      (last: a variant that fails to start ends the run, with the summary of what was measured).
+# Ends with a compact Markdown summary (benches/gpu/summary.py) on stdout and in OUT_DIR/summary.md.
 #
 #   bash benches/gpu/run.sh [APP_DIR [MODEL_DIR [OUT_DIR]]]      (from the repository root)
 #
-#   APP_DIR    the worker, gateway and loadtest binaries [target/release]
-#              (cargo build --release -p worker -p gateway -p loadtest)
-#   MODEL_DIR  the fp16 model [models/build/gpu] (scripts/setup-gpu.sh makes it, with ONNX
-#              Runtime's CUDA build)
+#   APP_DIR    worker, gateway, loadtest and (optional) fake_worker binaries [target/release]:
+#              benches/gpu/stage.sh builds them and copies them, stripped, to .gpu/app (ignored;
+#              carry that folder), or cargo build --release -p worker -p gateway -p loadtest and
+#              cargo build --release -p worker --example fake_worker (-> target/release/examples/)
+#   MODEL_DIR  the fp16 model [models/build/gpu] (scripts/setup-gpu.sh makes it)
 #   OUT_DIR    [benches/out/gpu-UTC-DATE]
 #
-# Needs an NVIDIA driver, CUDA 13 and cuDNN 9 libraries on LD_LIBRARY_PATH (or in a Python
-# environment's nvidia-* wheels, which are looked up below), and onnxruntime-gpu's library with its
-# CUDA provider: ORT_DYLIB_PATH, or `scripts/fetch-ort.sh gpu` fetches it into .cache/ort/gpu/.
-# Settings: CONCURRENCY [1,8,32,128,512], DURATION_S [8], GATEWAY_CONCURRENCY [32,512],
-# INT8_MODEL [models/snips-minilm-l6] (the CPU reference; empty: none), ONLY_GATEWAY=1 (the
-# gateway part only).
+# Needs no cargo: only the binaries, the model directory, models/sanity.json, this folder and
+# scripts/lib/start.sh; python3 and curl. ONNX Runtime's CUDA build: ORT_DYLIB_PATH (with
+# libonnxruntime_providers_cuda.so beside it), or `scripts/fetch-ort.sh gpu` fetches it. CUDA 13 and
+# cuDNN 9 libraries on LD_LIBRARY_PATH or found on disk (looked up below).
+# Settings: DURATION [8s] per closed-loop step (after WARMUP [2s]), KNEE_RATES [20000 40000 60000
+# 80000 100000 120000 150000 180000] (STEP [5s] each), VARIANTS (';'-separated worker flag sets,
+# default "--io-binding;--threads 16 --ort-spinning on" (the second is about the old defaults:
+# ONNX Runtime's pool of one thread per core, spinning); empty: none), WORKER_FLAGS (the main worker's flags,
+# default below), LOADTEST_THREADS [0: one per CPU], PERF [perf], ONLY (comma list of the sections
+# worker,knee,gateway,variants,fake to run; default all), DEVICE [cuda:0] (`cpu` for a dry run
+# without a GPU).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 app=${1:-target/release}; model=${2:-models/build/gpu}
 out=${3:-benches/out/gpu-$(date -u +%Y%m%dT%H%M%SZ)}
+DURATION=${DURATION:-8s}
+WARMUP=${WARMUP:-2s}
+KNEE_RATES=${KNEE_RATES:-"20000 40000 60000 80000 100000 120000 150000 180000"}
+STEP=${STEP:-5s}
+VARIANTS=${VARIANTS---io-binding;--threads 16 --ort-spinning on}
+WORKER_FLAGS=${WORKER_FLAGS:---max-batch-rows 256 --max-batch-tokens 16384 --max-queue-delay 1ms --queue-capacity 8192}
+LOADTEST_THREADS=${LOADTEST_THREADS:-0}
+PERF=${PERF:-perf}
+ONLY=${ONLY:-worker,knee,gateway,variants,fake}
+DEVICE=${DEVICE:-cuda:0}
+want() { [[ ",$ONLY," == *",$1,"* ]]; }
+
 . scripts/lib/start.sh
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+summarized=""
+# On every way out (a variant whose flags ONNX Runtime refuses ends the script at its start), the
+# servers stop and what was measured is summarized.
+finish() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  if [ -z "$summarized" ] && [ -s "${steps:-/nonexistent}" ]; then
+    summarized=1
+    echo "wall: $(( $(date +%s) - started_at )) s"
+    python3 benches/gpu/summary.py "$out" | tee "$out/summary.md"
+    echo "summary: $out/summary.md (commit it as benches/gpu/results/DATE-runN.md, linked from benches/RESULTS.md)"
+  fi
+}
+trap finish EXIT
 for b in worker gateway loadtest; do
   [ -x "$app/$b" ] || { echo "$app/$b missing: cargo build --release -p worker -p gateway -p loadtest" >&2; exit 1; }
 done
+fake=""
+for f in "$app/fake_worker" "$app/examples/fake_worker"; do [ -x "$f" ] && fake=$f && break; done
 ls "$model"/*.onnx >/dev/null 2>&1 || { echo "no model in $model: scripts/setup-gpu.sh makes the fp16 model" >&2; exit 1; }
 ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/fetch-ort.sh gpu)}
 export ORT_DYLIB_PATH
@@ -46,97 +88,188 @@ done
 export LD_LIBRARY_PATH=$(dirname "$ORT_DYLIB_PATH")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$out"
 exec > >(tee -a "$out/run.log") 2>&1
-conc=${CONCURRENCY:-1,8,32,128,512}
-dur=${DURATION_S:-8}
+started_at=$(date +%s)
+steps=$out/steps.jsonl
+: >"$steps"
 
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
-nproc | sed 's/^/cpus: /'
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } |
+  tee "$out/gpu.txt"
+echo "cpus: $(nproc)" | tee -a "$out/gpu.txt"
+if [ -f "$app/commit.txt" ]; then cp "$app/commit.txt" "$out/commit.txt"  # benches/gpu/stage.sh wrote it
+else git rev-parse --short HEAD 2>/dev/null >"$out/commit.txt" || echo unknown >"$out/commit.txt"; fi
+"$app/worker" --version >>"$out/commit.txt" 2>/dev/null || true
 
-start_worker() { # name, extra args...
-  local name=$1; shift
-  start_listening "$out/$name" "$app/worker" --listen 127.0.0.1:0 --ort-lib "$ORT_DYLIB_PATH" "$@"
-  addr=$started_url wpid=$started_pid
-}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
 
-sample_stats() { # url, file: one /v1/stats line every 250 ms until killed
-  while true; do curl -s "$1/v1/stats" >>"$2" && echo >>"$2"; sleep 0.25; done
-}
-
-summarize() { # stats file -> medians of the telemetry under load
+# Per thread group (the thread name without its number) CPU ticks of process $1, as JSON.
+thread_ticks() {
   python3 - "$1" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-rows = [r for r in rows if r["queue"]["queued"] + r["queue"]["in_flight"] > 0 or r["batches"]["count"] > 0]
-def med(f):
-    v = [x for x in (f(r) for r in rows) if x is not None]
-    return round(statistics.median(v), 1) if v else None
-gpu = lambda r: r["gpu"].get("device", {}).get("utilization_pct") if r["gpu"]["status"] == "available" else None
-proc = lambda r: r["gpu"].get("process", {}).get("sm_utilization_pct") if r["gpu"]["status"] == "available" else None
-print(json.dumps({
-  "samples": len(rows),
-  "gpu_device_util_pct": med(gpu), "gpu_process_sm_pct": med(proc),
-  "busy_fraction": med(lambda r: r["batches"]["busy_fraction"]),
-  "queue_load": med(lambda r: r["queue"]["queued"] + r["queue"]["in_flight"]),
-  "mean_batch_rows": med(lambda r: r["batches"]["mean_rows"]),
-  "mean_inference_ms": med(lambda r: r["batches"]["mean_inference_ms"]),
-  "power_w": med(lambda r: r["gpu"].get("device", {}).get("power_watts")),
-  "gpu_status": rows[-1]["gpu"]["status"] if rows else None,
-  "gpu_reason": rows[-1]["gpu"].get("reason") if rows else None}))
+import json, os, re, sys
+pid = sys.argv[1]
+groups = {}
+for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+    except OSError:
+        continue
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2:].split()
+    group = re.sub(r"[-_ ]?\d+$", "", name) or name
+    groups[group] = groups.get(group, 0) + int(fields[11]) + int(fields[12])
+print(json.dumps(groups))
 PY
 }
 
-bench() { # name, concurrencies, worker args...
-  local name=$1 steps=$2; shift 2
-  start_worker "$name" "$@"
-  echo "== $name: $addr  ($*)"
-  python3 -c 'import json; [print(q["text"]) for q in json.load(open("models/sanity.json"))["queries"]]' |
-    while IFS= read -r q; do curl -s -G --data-urlencode "query=$q" "$addr/predict"; echo "  <- $q"; done
-  IFS=, read -ra cs <<<"$steps"
-  for c in "${cs[@]}"; do
-    : >"$out/$name-c$c.stats"
-    sample_stats "$addr" "$out/$name-c$c.stats" & spid=$!
-    "$app/loadtest" --url "$addr" --concurrency "$c" --duration-s "$dur" --warmup-s 2 --json | tee -a "$out/$name.jsonl"
-    kill $spid; wait $spid 2>/dev/null || true
-    echo "telemetry c=$c: $(summarize "$out/$name-c$c.stats" | tee -a "$out/$name-telemetry.jsonl")"
-  done
-  curl -s "$addr/v1/stats" >"$out/$name-final-stats.json"; echo
-  curl -s "$addr/metrics" | grep -E '^worker_gpu|^worker_requests_total' | head -20
-  kill -TERM $wpid; wait $wpid; echo "worker $name exit: $?"
+start_worker() { # name, binary, flags...
+  local name=$1 bin=$2; shift 2
+  start_listening "$out/$name" "$bin" --listen 127.0.0.1:0 "$@"
+  addr=$started_url wpid=$started_pid
 }
 
-via_gateway() { # concurrencies
-  start_worker gw-worker --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
-    --queue-capacity 8192
-  local waddr=$addr wp=$wpid
-  start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$waddr" --stats-interval 250ms
-  local gaddr=$started_url gp=$started_pid
-  local gadmin; gadmin=$(sed -n 's/^admin listening on //p' "$out/gateway.stdout")
-  echo "== gateway $gaddr -> worker $waddr (cuda:0)"
-  IFS=, read -ra cs <<<"$1"
-  for c in "${cs[@]}"; do
-    (sleep 6; printf '{"concurrency":%s,"signal":%s}\n' "$c" "$(curl -s "$gadmin/v1/signal")" >>"$out/signals.jsonl") &
-    local sampler=$!
-    "$app/loadtest" --url "$gaddr" --concurrency "$c" --duration-s "$dur" --warmup-s 2 --json | tee -a "$out/gateway.jsonl"
-    wait $sampler
-    tail -n 1 "$out/signals.jsonl"
-  done
-  curl -s "$gadmin/v1/pools" >"$out/pools.json"
-  curl -s "$gadmin/metrics" | grep -E '^gateway_(pool_signal|worker_gpu|worker_queue|worker_pressure)' | head -20
-  kill -TERM $gp $wp; wait $gp $wp 2>/dev/null || true
+stop() { kill -TERM "$@" 2>/dev/null || true; wait "$@" 2>/dev/null || true; }
+
+check_answers() { # url
+  python3 - "$1" <<'PY'
+import json, sys, urllib.parse, urllib.request
+url, wrong = sys.argv[1], 0
+for q in json.load(open("models/sanity.json"))["queries"]:
+    got = json.load(urllib.request.urlopen(f"{url}/predict?query={urllib.parse.quote(q['text'])}"))
+    wrong += got["intent"] != q["intent"]
+    print(f"  {got['intent']:<22} {got['score']:.3f}  <- {q['text']}")
+print(f"sanity: {8 - wrong if wrong <= 8 else 0} of 8 right" if wrong == 0 else f"sanity: {wrong} WRONG")
+PY
 }
 
-summary() {
-  python3 benches/gpu/summarize.py "$out" "GPU run, $(date -u '+%Y-%m-%d %H:%M UTC'), at $(git rev-parse --short HEAD)" \
-    >"$out/summary.md"
-  echo "summary: $out/summary.md (commit it as benches/gpu/results/DATE-runN.md, linked from benches/RESULTS.md)"
+# One measured loadtest step against $target, with the worker $wpid's CPU and, for a worker URL,
+# medians of its /v1/stats; appends a JSON line to steps.jsonl. Args: section label stats_url
+# duration ("-": the rate profile's own) loadtest-args... A closed-loop step is warmed up with its
+# own arguments, an open-loop one at 64 clients, for WARMUP.
+step() {
+  local section=$1 label=$2 stats_url=$3 duration=$4; shift 4
+  local t0 t1 spid="" statsf=$out/$section-${label%%:*}.stats
+  local dur=(--duration "$duration"); [ "$duration" = - ] && dur=()
+  local warm=("$@"); [ "$duration" = - ] && warm=(-c 64)
+  "$app/loadtest" --url "$target" --threads "$LOADTEST_THREADS" --duration "$WARMUP" --warmup 0s --json "${warm[@]}" >/dev/null 2>&1 || true
+  : >"$statsf"
+  if [ -n "$stats_url" ]; then
+    (while true; do curl -s "$stats_url/v1/stats" >>"$statsf" && echo >>"$statsf"; sleep 0.25; done) & spid=$!
+  fi
+  local th0; th0=$(thread_ticks "$wpid")
+  t0=$(cpu_ticks "$wpid")
+  "$app/loadtest" --url "$target" --threads "$LOADTEST_THREADS" --warmup 0s --json "${dur[@]}" "$@" \
+    >"$out/$section-${label%%:*}.json" 2>>"$out/loadtest.stderr" || true
+  t1=$(cpu_ticks "$wpid")
+  local th1; th1=$(thread_ticks "$wpid")
+  [ -n "$spid" ] && { kill "$spid"; wait "$spid" 2>/dev/null || true; }
+  python3 - "$section" "$label" "$((t1 - t0))" "$hz" "$out/$section-${label%%:*}.json" "$statsf" "$th0" "$th1" <<'PY' >>"$steps"
+import json, statistics, sys
+section, label, ticks, hz, res, statsf, th0, th1 = sys.argv[1:]
+phases = [json.loads(l) for l in open(res) if l.strip().startswith("{")]
+stats = []
+for l in open(statsf):
+    try:
+        r = json.loads(l)
+    except ValueError:
+        continue
+    if r["batches"]["count"] > 0:
+        stats.append(r)
+def med(f):
+    v = [x for x in (f(r) for r in stats) if x is not None]
+    return round(statistics.median(v), 2) if v else None
+gpu = lambda r: r["gpu"].get("device", {}).get("utilization_pct") if r["gpu"]["status"] == "available" else None
+ok = sum(p["ok"] for p in phases)
+secs = sum(p["seconds"] for p in phases) or 1
+cpu = int(ticks) / int(hz)
+t0, t1 = json.loads(th0), json.loads(th1)
+threads = {k: round((t1.get(k, 0) - t0.get(k, 0)) / int(hz) / secs, 2) for k in t1}
+print(json.dumps({
+    "section": section, "label": label, "phases": phases,
+    "worker_cpu_s": cpu, "worker_cores": round(cpu / secs, 2),
+    "cpu_us_per_req": round(cpu * 1e6 / ok, 1) if ok else None,
+    "threads_cores": {k: v for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v > 0.005},
+    "gpu_util_pct": med(gpu), "mean_batch_rows": med(lambda r: r["batches"]["mean_rows"]),
+    "mean_inference_ms": med(lambda r: r["batches"]["mean_inference_ms"]),
+    "busy_fraction": med(lambda r: r["batches"]["busy_fraction"]),
+}))
+PY
+  tail -n 1 "$steps" | python3 -c "$show_step"
 }
 
-if [ "${ONLY_GATEWAY:-0}" = 1 ]; then via_gateway "${GATEWAY_CONCURRENCY:-32,512}"; summary; exit 0; fi
-bench gpu-fp16 "$conc" --model "$model" --device cuda:0 --max-batch-rows 256 --max-batch-tokens 16384 \
-  --max-queue-delay 1ms --queue-capacity 8192
-int8=${INT8_MODEL-models/snips-minilm-l6}
-if [ -n "$int8" ] && [ -f "$int8/model.onnx" ]; then
-  bench cpu-int8 64 --model "$int8" --device cpu --max-batch-rows 32 --max-queue-delay 1ms
+# One step's line of steps.jsonl, shown in a line or two.
+show_step='
+import json, sys
+r = json.loads(sys.stdin.read())
+for p in r["phases"]:
+    print("%s %s %s: %.0f req/s, p50 %s ms, p99 %s ms, errors %d" % (r["section"], r["label"], p["label"],
+          p["throughput_per_s"], p["p50_ms"], p["p99_ms"], sum(p["errors"].values())))
+print("  worker %s cores, %s us/request; GPU %s %%, batch %s rows in %s ms" % (r["worker_cores"],
+      r["cpu_us_per_req"], r["gpu_util_pct"], r["mean_batch_rows"], r["mean_inference_ms"]))
+'
+
+profile() { # at 512 clients on $target/$wpid: perf if there, per-thread CPU always (in step)
+  if command -v "$PERF" >/dev/null 2>&1; then
+    "$app/loadtest" --url "$target" --threads "$LOADTEST_THREADS" -c 512 --duration 9s --warmup 1s --json >/dev/null 2>&1 &
+    local lp=$!
+    sleep 2
+    "$PERF" record -F 999 -g -p "$wpid" -o "$out/perf.data" -- sleep 5 >/dev/null 2>&1 || echo "perf record failed"
+    wait "$lp" || true
+    "$PERF" report -i "$out/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
+      grep -E '^ +[0-9.]+%' | sed -E 's/[ -]+$//' | head -n 40 >"$out/perf-top.txt" || true
+    "$PERF" report -i "$out/perf.data" --no-children --sort dso --stdio 2>/dev/null |
+      grep -E '^ +[0-9.]+%' | sed -E 's/[ -]+$//' | head -n 15 >"$out/perf-dso.txt" || true
+    echo "perf: $out/perf-top.txt"
+  else
+    echo "no perf ($PERF): the per-thread CPU of each step stands in"
+  fi
+}
+
+if want worker || want knee || want gateway; then
+  # shellcheck disable=SC2086
+  start_worker gpu "$app/worker" --model "$model" --device "$DEVICE" --ort-lib "$ORT_DYLIB_PATH" $WORKER_FLAGS
+  echo "== worker $addr ($DEVICE) $WORKER_FLAGS, started in $(( $(date +%s) - started_at )) s"
+  check_answers "$addr" | tee "$out/sanity.txt"
+  target=$addr
+  if want worker; then
+    for c in 1 128 512; do step worker "c$c" "$addr" "$DURATION" -c "$c"; done
+    profile
+  fi
+  if want knee; then
+    profile_arg="steps($(tr ' ' ,  <<<"$KNEE_RATES"), $STEP)"
+    step knee steps "$addr" - --rate "$profile_arg" --max-in-flight 8192
+  fi
+  if want gateway; then
+    start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$addr"
+    gaddr=$started_url gpid=$started_pid
+    target=$gaddr
+    for c in 1 128 512; do step gateway "c$c" "$addr" "$DURATION" -c "$c"; done
+    stop "$gpid"
+  fi
+  curl -s "$addr/v1/stats" >"$out/final-stats.json" || true
+  stop "$wpid"
 fi
-via_gateway "${GATEWAY_CONCURRENCY:-32,512}"
-summary
+
+if want fake && [ -n "$fake" ]; then
+  # shellcheck disable=SC2086
+  start_worker fake "$fake" --model "$model" $WORKER_FLAGS
+  echo "== fake backend (no GPU) $addr"
+  target=$addr
+  for c in 128 512; do step fake "c$c" "$addr" "$DURATION" -c "$c"; done
+  stop "$wpid"
+fi
+
+if want variants && [ -n "$VARIANTS" ]; then
+  IFS=';' read -ra vs <<<"$VARIANTS"
+  i=0
+  for v in "${vs[@]}"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086
+    start_worker "variant$i" "$app/worker" --model "$model" --device "$DEVICE" --ort-lib "$ORT_DYLIB_PATH" $WORKER_FLAGS $v
+    echo "== variant $i: $v"
+    target=$addr
+    step variants "v$i: $v" "$addr" "$DURATION" -c 512
+    stop "$wpid"
+  done
+fi
+
+finish

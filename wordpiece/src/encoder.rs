@@ -34,6 +34,40 @@ impl Encoder {
         }
     }
 
+    /// Whether this crate's tokenizer is used (`false`: the `tokenizers` fallback).
+    pub fn is_fast(&self) -> bool {
+        matches!(self.inner, Inner::Fast(_))
+    }
+
+    /// Most tokens of an encoding, special tokens included (the truncation's `max_length`).
+    pub fn max_length(&self) -> Option<usize> {
+        match &self.inner {
+            Inner::Fast(t) => t.max_length(),
+            Inner::Fallback { tokenizer, .. } => tokenizer.get_truncation().map(|t| t.max_length),
+        }
+    }
+
+    /// [`Encoder::encode`] into `ids` and `type_ids` (both cleared first): on the fast path no
+    /// allocation once they have grown to fit. Only the `tokenizers` fallback can fail.
+    pub fn encode_into(
+        &self,
+        text: &str,
+        ids: &mut Vec<i64>,
+        type_ids: &mut Vec<i64>,
+    ) -> Result<(), tokenizers::Error> {
+        match &self.inner {
+            Inner::Fast(t) => t.encode_into(text, ids, type_ids),
+            Inner::Fallback { tokenizer, .. } => {
+                let e = tokenizer.encode(text, true)?;
+                ids.clear();
+                type_ids.clear();
+                ids.extend(e.get_ids().iter().map(|&i| i64::from(i)));
+                type_ids.extend(e.get_type_ids().iter().map(|&i| i64::from(i)));
+            }
+        }
+        Ok(())
+    }
+
     /// `(input_ids, token_type_ids)` of `text` with special tokens, truncated as configured.
     /// Only the `tokenizers` fallback can fail.
     pub fn encode(&self, text: &str) -> Result<(Vec<i64>, Vec<i64>), tokenizers::Error> {

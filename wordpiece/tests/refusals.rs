@@ -100,6 +100,17 @@ fn the_encoder_falls_back_to_tokenizers_with_the_same_answers() {
         assert_eq!(fallback.encode(text).expect("fallback encodes").0, want, "{text:?}");
     }
     assert_eq!(fast.encode("Play some jazz").expect("encodes"), fallback.encode("Play some jazz").expect("encodes"));
+
+    // `encode_into` gives what `encode` gives, on both paths, into reused (cleared) vectors.
+    assert!(fast.is_fast() && !fallback.is_fast());
+    assert_eq!(fast.max_length(), fallback.max_length());
+    let (mut ids, mut types) = (vec![7; 40], vec![7; 40]);
+    for encoder in [&fast, &fallback] {
+        for text in ["Play some jazz", "add it  [MASK] to my playlist", ""] {
+            encoder.encode_into(text, &mut ids, &mut types).expect("encodes");
+            assert_eq!((ids.clone(), types.clone()), encoder.encode(text).expect("encodes"), "{text:?}");
+        }
+    }
 }
 
 #[test]

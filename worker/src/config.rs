@@ -30,9 +30,46 @@ pub struct Config {
     #[arg(long, env = "WORKER_DEVICE", default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
 
-    /// ONNX Runtime intra-op threads (CPU only); 0 lets ONNX Runtime choose.
+    /// ONNX Runtime intra-op threads; 0: ONNX Runtime's choice (one per physical core) on the CPU,
+    /// 1 with CUDA (there the CPU runs only a few shape operators; a pool per lane of one thread
+    /// per core only burns host cores).
     #[arg(long, env = "WORKER_THREADS", default_value_t = 0)]
     pub threads: usize,
+
+    /// ONNX Runtime inter-op threads (used only by its parallel executor, which the worker does
+    /// not turn on); 0 lets ONNX Runtime choose.
+    #[arg(long, env = "WORKER_INTER_OP_THREADS", default_value_t = 0)]
+    pub inter_op_threads: usize,
+
+    /// Whether ONNX Runtime's pool threads spin before sleeping
+    /// (`session.intra_op.allow_spinning`, `session.inter_op.allow_spinning`). `auto`: on the CPU
+    /// yes (ONNX Runtime's default), with CUDA no (spinning burns host cores the HTTP side needs).
+    #[arg(long, env = "WORKER_ORT_SPINNING", value_enum, default_value = "auto")]
+    pub ort_spinning: Toggle,
+
+    /// Run batches through ONNX Runtime's I/O binding: inputs and outputs in buffers allocated
+    /// once per batch shape (page-locked host memory with CUDA, so copies to and from the GPU
+    /// need no staging), instead of new tensors per batch.
+    #[arg(long, env = "WORKER_IO_BINDING")]
+    pub io_binding: bool,
+
+    /// CUDA provider `cudnn_conv_algo_search`: `exhaustive`, `heuristic` or `default` (cuDNN's
+    /// default algorithm). Matters only to models with convolutions.
+    #[arg(long, env = "WORKER_CUDA_CONV_ALGO_SEARCH", value_enum, default_value = "exhaustive")]
+    pub cuda_conv_algo_search: ConvAlgoSearch,
+
+    /// CUDA provider `do_copy_in_default_stream`: copies between host and GPU on the compute
+    /// stream (`true`, ONNX Runtime's default and recommendation) or on streams of their own.
+    #[arg(long, env = "WORKER_CUDA_COPY_IN_DEFAULT_STREAM", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cuda_copy_in_default_stream: bool,
+
+    /// CUDA provider `arena_extend_strategy`: how the GPU memory arena grows.
+    #[arg(long, env = "WORKER_CUDA_ARENA_EXTEND_STRATEGY", value_enum, default_value = "next-power-of-two")]
+    pub cuda_arena_extend_strategy: ArenaExtend,
+
+    /// CUDA provider `gpu_mem_limit`: most bytes of the GPU memory arena, per session; 0: no limit.
+    #[arg(long, env = "WORKER_CUDA_MEM_LIMIT", default_value_t = 0)]
+    pub cuda_mem_limit: usize,
 
     /// Most queries in one batch.
     #[arg(long, env = "WORKER_MAX_BATCH_ROWS", default_value_t = 32)]
@@ -113,6 +150,54 @@ impl Config {
             Device::Cuda(_) => 0.0,
         };
         self.min_batch_fill.unwrap_or(default).clamp(0.0, 1.0)
+    }
+}
+
+/// `auto`, `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Toggle {
+    Auto,
+    On,
+    Off,
+}
+
+/// The CUDA provider's `cudnn_conv_algo_search`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConvAlgoSearch {
+    Exhaustive,
+    Heuristic,
+    Default,
+}
+
+/// The CUDA provider's `arena_extend_strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArenaExtend {
+    NextPowerOfTwo,
+    SameAsRequested,
+}
+
+impl Config {
+    /// The ONNX Runtime session settings these flags make.
+    pub fn session_options(&self) -> crate::backend::ort::SessionOptions {
+        let cuda = matches!(self.device, Device::Cuda(_));
+        crate::backend::ort::SessionOptions {
+            device: self.device,
+            intra_op_threads: match (self.threads, cuda) {
+                (0, true) => 1,
+                (n, _) => n,
+            },
+            inter_op_threads: self.inter_op_threads,
+            spinning: match self.ort_spinning {
+                Toggle::Auto => !cuda,
+                Toggle::On => true,
+                Toggle::Off => false,
+            },
+            io_binding: self.io_binding,
+            conv_algo_search: self.cuda_conv_algo_search,
+            copy_in_default_stream: self.cuda_copy_in_default_stream,
+            arena_extend: self.cuda_arena_extend_strategy,
+            mem_limit: self.cuda_mem_limit,
+        }
     }
 }
 

@@ -39,6 +39,15 @@ use crate::metrics::{LiveCollector, Metrics};
 use crate::model::{ModelDir, ModelError};
 use crate::stats::Stats;
 
+/// mimalloc instead of glibc's malloc, for the worker binary and everything else linking this
+/// crate (its tests, `examples/fake_worker.rs`): a request allocates and frees a few dozen small
+/// blocks on whichever runtime thread serves it, and glibc's per-arena locks contend across 16
+/// runtime threads (the H100 profile in issue 14: glibc's allocator ~36 % of the worker's CPU,
+/// ~6.5 % in lock contention). Measured in `benches/RESULTS.md` (host cost).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The least time the listener's drain gives answers already computed to be written.
 const MIN_ANSWER_TIME: Duration = Duration::from_secs(1);
 
@@ -94,7 +103,7 @@ where
         backend
     };
     let parts = Parts {
-        tokenizer: model.tokenizer,
+        encoder: model.encoder,
         labels: model.labels.clone(),
         limits: RequestLimits {
             max_queries: config.max_queries,
@@ -190,11 +199,13 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
     tracing::info!(model = %model.model_path.display(), labels = model.labels.len(), device = %config.device, "loading");
     let env = backend::ort::load_library(config.ort_lib.as_deref())?;
-    let (path, device, threads, n) = (model.model_path.clone(), config.device, config.threads, model.labels.len());
+    let (path, device, n) = (model.model_path.clone(), config.device, model.labels.len());
+    let options = config.session_options();
+    tracing::info!(?options, "ONNX Runtime session settings");
     let buckets = ShapeBuckets { max_rows: config.max_batch_rows.max(1), max_seq: model.max_tokens };
     let max_tokens = config.max_batch_tokens;
     let worker = build(&config, model, move |_lane| {
-        let backend = OrtBackend::load(&env, &path, device, threads, n)?;
+        let backend = OrtBackend::load_with(&env, &path, &options, n)?;
         match device {
             Device::Cuda(_) => backend.with_shape_buckets(buckets, max_tokens),
             Device::Cpu => Ok(backend),

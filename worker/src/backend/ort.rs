@@ -1,13 +1,17 @@
 //! ONNX Runtime through `ort`, loaded at run time from `libonnxruntime.so`.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::Path;
 
-use ort::ep;
-use ort::session::{Session, SessionInputValue};
-use ort::value::{Tensor, TensorElementType, ValueType};
+use ort::ep::{self, ArbitrarilyConfigurableExecutionProvider};
+use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
+use ort::session::{IoBinding, Session, SessionInputValue};
+use ort::value::{Tensor, TensorElementType, TensorRef, ValueType};
 
 use super::{Backend, BackendError, Device, InputBatch, ShapeBuckets};
+use crate::config::{ArenaExtend, ConvAlgoSearch};
 
 /// The graph's input names, discovered from the model.
 #[derive(Debug, Clone)]
@@ -17,14 +21,64 @@ struct InputNames {
     token_type_ids: Option<String>,
 }
 
+/// How a session is made: the worker's ONNX Runtime flags (`Config::session_options`), each
+/// documented in `docs/worker.md`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SessionOptions {
+    pub device: Device,
+    /// 0: ONNX Runtime's choice.
+    pub intra_op_threads: usize,
+    /// 0: ONNX Runtime's choice.
+    pub inter_op_threads: usize,
+    /// `session.{intra,inter}_op.allow_spinning`.
+    pub spinning: bool,
+    /// Run through I/O binding with buffers kept per batch shape.
+    pub io_binding: bool,
+    pub conv_algo_search: ConvAlgoSearch,
+    pub copy_in_default_stream: bool,
+    pub arena_extend: ArenaExtend,
+    /// Bytes; 0: no limit.
+    pub mem_limit: usize,
+}
+
+impl SessionOptions {
+    /// ONNX Runtime's own defaults on `device`, with `threads` intra-op threads (0: its choice).
+    pub fn new(device: Device, threads: usize) -> Self {
+        Self {
+            device,
+            intra_op_threads: threads,
+            inter_op_threads: 0,
+            spinning: true,
+            io_binding: false,
+            conv_algo_search: ConvAlgoSearch::Exhaustive,
+            copy_in_default_stream: true,
+            arena_extend: ArenaExtend::NextPowerOfTwo,
+            mem_limit: 0,
+        }
+    }
+}
+
+/// The buffers of one batch shape under I/O binding: inputs written in place each batch, the
+/// output bound once.
+struct Bound {
+    binding: IoBinding,
+    input_ids: Tensor<i64>,
+    attention_mask: Option<Tensor<i64>>,
+    token_type_ids: Option<Tensor<i64>>,
+}
+
+/// I/O binding's allocator and the buffers of each `(rows, seq_len)` met.
+type Binding = (Allocator, HashMap<(usize, usize), Bound>);
+
 pub struct OrtBackend {
     session: Session,
     inputs: InputNames,
     output: String,
     num_labels: usize,
     buckets: Option<ShapeBuckets>,
+    /// With I/O binding: where its buffers are allocated, and the buffers of each shape met.
+    binding: Option<Binding>,
 }
-
 impl std::fmt::Debug for OrtBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OrtBackend").field("inputs", &self.inputs).field("output", &self.output).finish()
@@ -50,6 +104,7 @@ pub fn load_library(path: Option<&Path>) -> Result<ort::environment::Environment
 }
 
 impl OrtBackend {
+    /// A session with ONNX Runtime's defaults on `device` and `threads` intra-op threads.
     pub fn load(
         env: &ort::environment::Environment,
         model: &Path,
@@ -57,27 +112,73 @@ impl OrtBackend {
         threads: usize,
         num_labels: usize,
     ) -> Result<Self, BackendError> {
+        Self::load_with(env, model, &SessionOptions::new(device, threads), num_labels)
+    }
+
+    pub fn load_with(
+        env: &ort::environment::Environment,
+        model: &Path,
+        options: &SessionOptions,
+        num_labels: usize,
+    ) -> Result<Self, BackendError> {
         let load = |e: ort::Error| BackendError::Load(e.to_string());
+        let built = |e: ort::Error<ort::session::builder::SessionBuilder>| load(e.into());
         let mut builder = Session::builder(env).map_err(load)?;
-        match device {
-            Device::Cpu => {
-                if threads > 0 {
-                    builder = builder.with_intra_threads(threads).map_err(|e| load(e.into()))?;
-                }
-            }
-            Device::Cuda(n) => {
-                let cuda = ep::CUDA::default().with_device_id(n as i32).build().error_on_failure();
-                builder = builder.with_execution_providers([cuda]).map_err(|e| {
-                    BackendError::ExecutionProvider(format!(
-                        "CUDA execution provider on device {n} could not be registered: {e} \
-                         (needs onnxruntime-gpu's libonnxruntime_providers_cuda.so beside the library, \
-                         CUDA 13 and cuDNN 9 on LD_LIBRARY_PATH, and a visible GPU)"
-                    ))
-                })?;
-            }
+        if options.intra_op_threads > 0 {
+            builder = builder.with_intra_threads(options.intra_op_threads).map_err(built)?;
+        }
+        if options.inter_op_threads > 0 {
+            builder = builder.with_inter_threads(options.inter_op_threads).map_err(built)?;
+        }
+        builder = builder.with_intra_op_spinning(options.spinning).map_err(built)?;
+        builder = builder.with_inter_op_spinning(options.spinning).map_err(built)?;
+        if let Device::Cuda(n) = options.device {
+            let cuda = ep::CUDA::default()
+                .with_device_id(n as i32)
+                .with_conv_algorithm_search(match options.conv_algo_search {
+                    ConvAlgoSearch::Exhaustive => ep::cuda::ConvAlgorithmSearch::Exhaustive,
+                    ConvAlgoSearch::Heuristic => ep::cuda::ConvAlgorithmSearch::Heuristic,
+                    ConvAlgoSearch::Default => ep::cuda::ConvAlgorithmSearch::Default,
+                })
+                .with_arena_extend_strategy(match options.arena_extend {
+                    ArenaExtend::NextPowerOfTwo => ep::ArenaExtendStrategy::NextPowerOfTwo,
+                    ArenaExtend::SameAsRequested => ep::ArenaExtendStrategy::SameAsRequested,
+                })
+                .with_arbitrary_config("do_copy_in_default_stream", u8::from(options.copy_in_default_stream));
+            let cuda = if options.mem_limit > 0 { cuda.with_memory_limit(options.mem_limit) } else { cuda };
+            builder = builder.with_execution_providers([cuda.build().error_on_failure()]).map_err(|e| {
+                BackendError::ExecutionProvider(format!(
+                    "CUDA execution provider on device {n} could not be registered: {e} \
+                     (needs onnxruntime-gpu's libonnxruntime_providers_cuda.so beside the library, \
+                     CUDA 13 and cuDNN 9 on LD_LIBRARY_PATH, and a visible GPU)"
+                ))
+            })?;
         }
         let session = builder.commit_from_file(model).map_err(load)?;
-        Self::from_session(session, num_labels)
+        let mut backend = Self::from_session(session, num_labels)?;
+        if options.io_binding {
+            // Page-locked host memory with CUDA: the copies to and from the GPU go straight from
+            // and to it. On the CPU, the session's own allocator.
+            let allocator = match options.device {
+                Device::Cuda(n) => {
+                    let info = MemoryInfo::new(
+                        AllocationDevice::CUDA_PINNED,
+                        n as i32,
+                        AllocatorType::Device,
+                        MemoryType::CPUInput,
+                    )
+                    .map_err(load)?;
+                    Allocator::new(&backend.session, info).map_err(load)?
+                }
+                Device::Cpu => {
+                    let info = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)
+                        .map_err(load)?;
+                    Allocator::new(&backend.session, info).map_err(load)?
+                }
+            };
+            backend.binding = Some((allocator, HashMap::new()));
+        }
+        Ok(backend)
     }
 
     fn from_session(session: Session, num_labels: usize) -> Result<Self, BackendError> {
@@ -126,7 +227,7 @@ impl OrtBackend {
             }
         }
         let output = output.name().to_owned();
-        Ok(Self { session, inputs: names, output, num_labels, buckets: None })
+        Ok(Self { session, inputs: names, output, num_labels, buckets: None, binding: None })
     }
 
     /// Pads batches to a few bucketed shapes and runs each once now, so no request pays for a
@@ -146,13 +247,70 @@ impl OrtBackend {
     }
 }
 
+impl OrtBackend {
+    /// Runs `batch` through the I/O binding of its shape (made at its first batch).
+    fn infer_bound(&mut self, batch: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
+        let err = |e: ort::Error| BackendError::Inference(e.to_string());
+        let Self { session, inputs, output, num_labels, binding, .. } = self;
+        let (allocator, shapes) = binding.as_mut().expect("I/O binding is on");
+        let shape = (batch.rows, batch.seq_len);
+        let bound = match shapes.entry(shape) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let tensor = || Tensor::<i64>::new(allocator, [batch.rows, batch.seq_len]).map_err(err);
+                let mut bound = Bound {
+                    binding: session.create_binding().map_err(err)?,
+                    input_ids: tensor()?,
+                    attention_mask: inputs.attention_mask.as_ref().map(|_| tensor()).transpose()?,
+                    token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor()).transpose()?,
+                };
+                let out = Tensor::<f32>::new(allocator, [batch.rows, *num_labels]).map_err(err)?;
+                bound.binding.bind_output(output.as_str(), out).map_err(err)?;
+                e.insert(bound)
+            }
+        };
+        bound.input_ids.extract_tensor_mut().1.copy_from_slice(&batch.input_ids);
+        bound.binding.bind_input(inputs.input_ids.as_str(), &bound.input_ids).map_err(err)?;
+        if let (Some(name), Some(t)) = (&inputs.attention_mask, &mut bound.attention_mask) {
+            t.extract_tensor_mut().1.copy_from_slice(&batch.attention_mask);
+            bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+        }
+        if let (Some(name), Some(t)) = (&inputs.token_type_ids, &mut bound.token_type_ids) {
+            t.extract_tensor_mut().1.copy_from_slice(&batch.token_type_ids);
+            bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+        }
+        let outputs = session.run_binding(&bound.binding).map_err(err)?;
+        let (out_shape, logits) = outputs[output.as_str()].try_extract_tensor::<f32>().map_err(err)?;
+        split_logits(out_shape, logits, batch.rows, *num_labels)
+    }
+}
+
+/// One vector of `num_labels` logits per row, after checking the output's shape.
+fn split_logits(
+    out_shape: &ort::value::Shape,
+    logits: &[f32],
+    rows: usize,
+    num_labels: usize,
+) -> Result<Vec<Vec<f32>>, BackendError> {
+    let expected = [rows as i64, num_labels as i64];
+    if out_shape[..] != expected[..] {
+        return Err(BackendError::Inference(format!("output shape {out_shape:?}, expected {expected:?}")));
+    }
+    Ok(logits.chunks(num_labels).map(<[f32]>::to_vec).collect())
+}
+
 impl Backend for OrtBackend {
     fn infer(&mut self, batch: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
+        if self.binding.is_some() {
+            return self.infer_bound(batch);
+        }
         let err = |e: ort::Error| BackendError::Inference(e.to_string());
         let shape = [batch.rows, batch.seq_len];
-        let tensor = |data: &Vec<i64>| -> Result<SessionInputValue<'static>, BackendError> {
-            Ok(Tensor::from_array((shape, data.clone())).map_err(err)?.into())
-        };
+        // Views of the batch's own vectors: no copy on this side.
+        fn view(shape: [usize; 2], data: &[i64]) -> Result<SessionInputValue<'_>, BackendError> {
+            Ok(TensorRef::from_array_view((shape, data)).map_err(|e| BackendError::Inference(e.to_string()))?.into())
+        }
+        let tensor = |data| view(shape, data);
         let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
             vec![(Cow::from(self.inputs.input_ids.as_str()), tensor(&batch.input_ids)?)];
         if let Some(name) = &self.inputs.attention_mask {
@@ -163,11 +321,7 @@ impl Backend for OrtBackend {
         }
         let outputs = self.session.run(inputs).map_err(err)?;
         let (out_shape, logits) = outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(err)?;
-        let expected = [batch.rows as i64, self.num_labels as i64];
-        if out_shape[..] != expected[..] {
-            return Err(BackendError::Inference(format!("output shape {out_shape:?}, expected {expected:?}")));
-        }
-        Ok(logits.chunks(self.num_labels).map(<[f32]>::to_vec).collect())
+        split_logits(out_shape, logits, batch.rows, self.num_labels)
     }
 
     fn padded_shape(&self, rows: usize, seq: usize) -> (usize, usize) {

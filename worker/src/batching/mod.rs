@@ -17,11 +17,45 @@ use crate::backend::BackendError;
 /// The answer for one query: its class scores (logits), or why inference failed.
 pub type Answer = Result<Vec<f32>, BackendError>;
 
+/// A query's token ids and token type ids, in one allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tokens {
+    /// The ids, then as many type ids.
+    cells: Box<[i64]>,
+}
+
+impl Tokens {
+    /// `ids` and `type_ids` must be as long as each other.
+    pub fn new(ids: &[i64], type_ids: &[i64]) -> Self {
+        assert_eq!(ids.len(), type_ids.len(), "one type id per token");
+        let mut cells = Vec::with_capacity(ids.len() * 2);
+        cells.extend_from_slice(ids);
+        cells.extend_from_slice(type_ids);
+        Self { cells: cells.into_boxed_slice() }
+    }
+
+    /// Tokens in the query.
+    pub fn len(&self) -> usize {
+        self.cells.len() / 2
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    pub fn ids(&self) -> &[i64] {
+        &self.cells[..self.len()]
+    }
+
+    pub fn type_ids(&self) -> &[i64] {
+        &self.cells[self.len()..]
+    }
+}
+
 /// One tokenized query waiting for a batch.
 #[derive(Debug)]
 pub struct Entry {
-    pub input_ids: Vec<i64>,
-    pub type_ids: Vec<i64>,
+    pub tokens: Tokens,
     /// When the request was admitted (queue wait is measured from here).
     pub admitted_at: Instant,
     pub respond: oneshot::Sender<Answer>,
@@ -31,7 +65,7 @@ pub struct Entry {
 
 impl Pending for Entry {
     fn tokens(&self) -> usize {
-        self.input_ids.len()
+        self.tokens.len()
     }
     fn is_cancelled(&self) -> bool {
         self.respond.is_closed()

@@ -87,7 +87,7 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, load: &BackendLoa
         total_wait += wait;
         obs.waited(wait);
     }
-    let input = InputBatch::pad_to(live.iter().map(|q| (&q.item.input_ids[..], &q.item.type_ids[..])), |r, s| {
+    let input = InputBatch::pad_to(live.iter().map(|q| (q.item.tokens.ids(), q.item.tokens.type_ids())), |r, s| {
         backend.padded_shape(r, s)
     });
     let span = tracing::debug_span!("batch", rows = live.len(), padded_len = input.seq_len);

@@ -11,26 +11,32 @@ mod lanes;
 mod observer;
 pub mod postprocess;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::try_join_all;
-use tokenizers::{Encoding, Tokenizer};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use wire::{Prediction, QueueStats};
+use wordpiece::Encoder;
 
 pub use admission::{Admission, Capacity, Class};
 pub use error::CoreError;
 
 use crate::backend::Backend;
-use crate::batching::{Entry, Limits};
+use crate::batching::{Entry, Limits, Tokens};
 use crate::metrics::Metrics;
 use crate::stats::Stats;
 
-/// Requests with at most this many bytes of queries are tokenized on the runtime thread.
+/// Requests with at most this many bytes of queries are tokenized on the runtime thread when
+/// `tokenizers` tokenizes (tens of microseconds a short query)...
 const INLINE_TOKENIZE_BYTES: usize = 512;
+/// ... and this many with the `wordpiece` encoder (about a microsecond a short query, 7 us for one
+/// of 1.4 KB cut at 128 tokens: 16 KiB costs at most ~100 us, less than a blocking-pool hand-off
+/// and its wake-ups cost in CPU under load).
+const INLINE_TOKENIZE_BYTES_FAST: usize = 16 * 1024;
 
 /// Per-request bounds.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +51,7 @@ pub struct RequestLimits {
 /// What the core is made of; see [`Core::start`].
 #[derive(Debug)]
 pub struct Parts {
-    pub tokenizer: Tokenizer,
+    pub encoder: Encoder,
     /// Class labels in the model's output order.
     pub labels: Vec<String>,
     pub limits: RequestLimits,
@@ -58,7 +64,7 @@ pub struct Parts {
 
 #[derive(Debug)]
 pub struct Core {
-    tokenizer: Arc<Tokenizer>,
+    encoder: Arc<Encoder>,
     labels: Arc<[String]>,
     admission: Arc<Admission>,
     /// Each lane's queue, by [`Class`].
@@ -79,7 +85,7 @@ impl Core {
         B: Backend,
         F: Fn(Class) -> Option<B> + Send + Sync + 'static,
     {
-        let Parts { tokenizer, labels, limits, batch_limits, capacity, stats, metrics } = parts;
+        let Parts { encoder, labels, limits, batch_limits, capacity, stats, metrics } = parts;
         let admission = Arc::new(Admission::new(capacity));
         let shared = lanes::Shared {
             batch_limits,
@@ -91,7 +97,7 @@ impl Core {
         };
         let lanes = [lanes::start(Class::Light, &shared)?, lanes::start(Class::Heavy, &shared)?];
         Ok(Self {
-            tokenizer: Arc::new(tokenizer),
+            encoder: Arc::new(encoder),
             labels: labels.into(),
             admission,
             lanes,
@@ -191,42 +197,44 @@ impl Core {
         self.stats.admitted(Instant::now(), n);
         self.metrics.admitted(class.as_str(), tokens);
         let queue = &self.lanes[class as usize];
+        // The request's span, when it was made up front (for the backend thread's trace line).
         let span = tracing::Span::current();
-        let mut receivers = Vec::with_capacity(encodings.len());
-        for enc in encodings {
+        let enqueue = |tokens: Tokens| {
             let (respond, rx) = oneshot::channel();
-            let entry = Entry {
-                input_ids: enc.get_ids().iter().map(|&i| i64::from(i)).collect(),
-                type_ids: enc.get_type_ids().iter().map(|&i| i64::from(i)).collect(),
-                admitted_at,
-                respond,
-                span: span.clone(),
-            };
+            let entry = Entry { tokens, admitted_at, respond, span: span.clone() };
             // The queue holds as many entries as there are admission permits, so this never waits.
             queue.try_send(entry).map_err(|e| CoreError::Internal(format!("queue: {e}")))?;
-            receivers.push(rx);
+            Ok::<_, CoreError>(rx)
+        };
+        let dropped = |_| CoreError::Internal("the backend dropped a query".into());
+        let failed = |e: crate::backend::BackendError| CoreError::Internal(e.to_string());
+        if encodings.len() == 1 {
+            // Most requests: one query, no join.
+            let tokens = encodings.into_iter().next().expect("one encoding");
+            return Ok(vec![enqueue(tokens)?.await.map_err(dropped)?.map_err(failed)?]);
         }
-        let answers =
-            try_join_all(receivers).await.map_err(|_| CoreError::Internal("the backend dropped a query".into()))?;
-        answers.into_iter().map(|a| a.map_err(|e| CoreError::Internal(e.to_string()))).collect()
+        let receivers = encodings.into_iter().map(enqueue).collect::<Result<Vec<_>, _>>()?;
+        let answers = try_join_all(receivers).await.map_err(dropped)?;
+        answers.into_iter().map(|a| a.map_err(failed)).collect()
     }
 
     /// A short request tokenizes in tens of microseconds: inline is cheaper than a thread
     /// hand-off. Longer ones go to the blocking pool, in parallel across requests, so they never
     /// stall the runtime; their running token total is checked after each query, and tokenizing
     /// stops as soon as the request could no longer be admitted (`None`).
-    async fn tokenize(&self, queries: Vec<String>) -> Result<Option<Vec<Encoding>>, CoreError> {
+    async fn tokenize(&self, queries: Vec<String>) -> Result<Option<Vec<Tokens>>, CoreError> {
         let invalid = |e: tokenizers::Error| CoreError::Invalid(format!("could not tokenize: {e}"));
-        if queries.iter().map(String::len).sum::<usize>() <= INLINE_TOKENIZE_BYTES {
-            let encodings = queries.iter().map(|q| self.tokenizer.encode(q.as_str(), true));
+        let inline = if self.encoder.is_fast() { INLINE_TOKENIZE_BYTES_FAST } else { INLINE_TOKENIZE_BYTES };
+        if queries.iter().map(String::len).sum::<usize>() <= inline {
+            let encodings = queries.iter().map(|q| encode(&self.encoder, q));
             return encodings.collect::<Result<Vec<_>, _>>().map(Some).map_err(invalid);
         }
-        let (tokenizer, admission) = (self.tokenizer.clone(), self.admission.clone());
+        let (encoder, admission) = (self.encoder.clone(), self.admission.clone());
         let encode = move || {
             let n = queries.len() as u64;
             let (mut encodings, mut tokens) = (Vec::with_capacity(queries.len()), 0);
             for q in &queries {
-                let enc = tokenizer.encode(q.as_str(), true)?;
+                let enc = encode(&encoder, q)?;
                 tokens += enc.len() as u64;
                 encodings.push(enc);
                 if !admission.fits(n, tokens) {
@@ -240,6 +248,17 @@ impl Core {
             .map_err(|e| CoreError::Internal(format!("tokenizer task: {e}")))?
             .map_err(invalid)
     }
+}
+
+/// `q`'s tokens, through this thread's reused buffers: one allocation, the [`Tokens`] themselves.
+fn encode(encoder: &Encoder, q: &str) -> Result<Tokens, tokenizers::Error> {
+    thread_local! {
+        static SCRATCH: RefCell<(Vec<i64>, Vec<i64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    }
+    SCRATCH.with_borrow_mut(|(ids, type_ids)| {
+        encoder.encode_into(q, ids, type_ids)?;
+        Ok(Tokens::new(ids, type_ids))
+    })
 }
 
 /// Most tokens `queries` can make: each query is cut to `max_query_tokens`, and each token takes
@@ -265,7 +284,7 @@ mod tests {
             "ÉTÉ à Zürich, 北京",
             &long,
         ] {
-            let real = model.tokenizer.encode(q, true).unwrap().len() as u64;
+            let real = model.encoder.encode(q).unwrap().0.len() as u64;
             let bound = token_bound(&[q.to_owned()], model.max_tokens);
             assert!(bound >= real, "{q:?}: bound {bound} < {real} tokens");
         }

@@ -3,6 +3,14 @@
 //! request's queries into the batch (`batching::Entry::span`), so the backend thread's events for
 //! them carry both too. The answer echoes `x-request-id`.
 //!
+//! The span is made only where something is logged about the request, as on the gateway: at the
+//! default `info` level nothing is logged on a request's success path, and a span made for every
+//! request (its fields formatted, its slot allocated, entered at every poll) cost more than a
+//! microsecond of a request's few. The request's identity rides in a task-local instead, and
+//! [`request_span`] makes the span from it when an error is logged. When the backend thread's
+//! per-query `trace` line is enabled (`RUST_LOG=worker=trace`), the span is made up front as
+//! before, so that line carries it too.
+//!
 //! While the worker drains, every answer also carries `Connection: close`: clients stop reusing
 //! their keep-alive connections before the listener closes them, so no request of theirs races
 //! with that close (as Envoy does while draining).
@@ -15,7 +23,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use tracing::Instrument;
+use tracing::{Instrument, Level, Span};
 
 pub const X_REQUEST_ID: &str = "x-request-id";
 const TRACEPARENT: &str = "traceparent";
@@ -26,23 +34,49 @@ const MAX_REQUEST_ID_LEN: usize = 128;
 
 use super::AppState;
 
+/// What names a request in its log lines.
+#[derive(Debug, Clone)]
+struct Identity {
+    id: HeaderValue,
+    traceparent: Option<HeaderValue>,
+}
+
+impl Identity {
+    fn span(&self) -> Span {
+        let traceparent = self.traceparent.as_ref().and_then(|t| t.to_str().ok()).unwrap_or_default();
+        tracing::info_span!("request", request_id = self.id.to_str().unwrap_or_default(), traceparent)
+    }
+}
+
+tokio::task_local! {
+    /// The identity of the request this task serves, when its span is made lazily.
+    static IDENTITY: Identity;
+}
+
+/// The current request's span, made now, for a line logged about it; `Span::none()` outside a
+/// request, or when the request's span is already current (made up front).
+pub fn request_span() -> Span {
+    IDENTITY.try_with(Identity::span).unwrap_or_else(|_| Span::none())
+}
+
 pub async fn request_context(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let id = match req.headers().get(X_REQUEST_ID).filter(|v| is_printable(v, MAX_REQUEST_ID_LEN)) {
         Some(v) => v.clone(),
         None => {
-            let v = HeaderValue::from_str(&new_request_id()).expect("hex digits");
+            let v = new_request_id();
             req.headers_mut().insert(X_REQUEST_ID, v.clone());
             v
         }
     };
-    let traceparent = req.headers().get(TRACEPARENT).and_then(|v| v.to_str().ok()).filter(|t| is_traceparent(t));
-    let span = tracing::info_span!(
-        "request",
-        request_id = id.to_str().unwrap_or_default(),
-        traceparent = traceparent.unwrap_or_default(),
-    );
-    let mut resp = next.run(req).instrument(span).await;
-    resp.headers_mut().insert(X_REQUEST_ID, id);
+    let traceparent = req.headers().get(TRACEPARENT).filter(|t| t.to_str().is_ok_and(is_traceparent)).cloned();
+    let identity = Identity { id, traceparent };
+    // The backend thread's per-query line (`batching::runner`) logs on the span it is handed.
+    let mut resp = if tracing::enabled!(target: "worker::batching::runner", Level::TRACE) {
+        next.run(req).instrument(identity.span()).await
+    } else {
+        IDENTITY.scope(identity.clone(), next.run(req)).await
+    };
+    resp.headers_mut().insert(X_REQUEST_ID, identity.id);
     if state.core.is_draining() {
         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
@@ -69,12 +103,20 @@ fn is_traceparent(t: &str) -> bool {
 
 /// 32 hex digits, like nginx's `$request_id`: a random 64-bit prefix drawn once per process,
 /// then a counter. Unique within the process, unlikely to repeat across processes, and cheap.
-fn new_request_id() -> String {
+fn new_request_id() -> HeaderValue {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| RandomState::new().hash_one(std::process::id()));
-    format!("{prefix:016x}{:016x}", COUNTER.fetch_add(1, Ordering::Relaxed))
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut hex = [0u8; 32];
+    for (i, byte) in prefix.to_be_bytes().into_iter().chain(n.to_be_bytes()).enumerate() {
+        hex[2 * i] = HEX[usize::from(byte >> 4)];
+        hex[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+    }
+    HeaderValue::from_bytes(&hex).expect("hex digits")
 }
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 #[cfg(test)]
 mod tests {
@@ -95,10 +137,14 @@ mod tests {
     fn request_ids_are_32_hex_digits_and_differ() {
         let (a, b) = (new_request_id(), new_request_id());
         assert_ne!(a, b);
-        for id in [a, b] {
+        for id in [&a, &b] {
             assert_eq!(id.len(), 32);
-            assert!(id.bytes().all(|c| c.is_ascii_hexdigit()));
+            assert!(id.as_bytes().iter().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         }
+        let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+        assert_eq!(a[..16], b[..16], "one prefix per process");
+        let (x, y) = (u64::from_str_radix(&a[16..], 16).unwrap(), u64::from_str_radix(&b[16..], 16).unwrap());
+        assert!(y > x, "then a counter: {a} {b}");
         assert!(!is_printable(&HeaderValue::from_static("has space"), 128));
         assert!(!is_printable(&HeaderValue::from_str(&"x".repeat(129)).unwrap(), 128));
         assert!(is_printable(&HeaderValue::from_static("abc-123"), 128));

@@ -79,11 +79,13 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let Self::Body(e) = &self {
-            tracing::debug!(error = %e, "request body refused");
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                super::context::request_span().in_scope(|| tracing::debug!(error = %e, "request body refused"));
+            }
             return e.response(RETRY_AFTER_S);
         }
         if let Some(detail) = self.detail() {
-            tracing::error!(%detail, "internal error");
+            super::context::request_span().in_scope(|| tracing::error!(%detail, "internal error"));
         }
         let body = ErrorBody { error: self.to_string(), error_type: self.error_type() };
         let mut response = (self.status(), Json(body)).into_response();
