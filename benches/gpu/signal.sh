@@ -15,7 +15,7 @@
 #
 # APP_DIR holds worker, gateway and loadtest (benches/gpu/stage.sh); MODEL_DIR the fp16 model;
 # ORT_DYLIB_PATH and LD_LIBRARY_PATH as for benches/gpu/run.sh. Settings: RATES (step rates,
-# default "5000 20000 60000 100000 60000 20000 5000"), STEP [12s], SHARED_S [25s], OTHER_S [40s: the
+# default "5000 20000 60000 100000 60000 20000 5000"), STEP [12s], SHARED_S [25s] at SHARED_RATE [2000], OTHER_S [40s: the
 # other process's load, started 8 s before], DEVICE [cuda:0].
 # Prints a Markdown summary (benches/gpu/signal_summary.py) to stdout and OUT_DIR/signal.md.
 set -euo pipefail
@@ -78,7 +78,7 @@ other=$started_url; pids+=("$started_pid")
 olt=$!
 sleep 8   # the other process reaches its steady load (a wait for a load to build, not for a state)
 spid=$(sample shared "$out/shared-series.jsonl")
-"$app/loadtest" --url "$gw" --rate 2000 -d "$SHARED_S" --summary "$out/shared-summary.json" \
+"$app/loadtest" --url "$gw" --rate "${SHARED_RATE:-2000}" -d "$SHARED_S" --summary "$out/shared-summary.json" \
   >"$out/shared-loadtest.txt" 2>&1 || true
 kill "$spid" 2>/dev/null || true
 wait "$olt" 2>/dev/null || true
