@@ -40,7 +40,7 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
                 .then(|| value.parse::<f64>().ok())
                 .flatten()
         })
-        .sum()
+        .fold(0.0, |sum, v| sum + v)
 }
 
 /// The address `host:port` of a base URL `http://host:port`.
