@@ -222,7 +222,7 @@ if m:
         mm = re.match(r'gateway_requests_total\{.*outcome="([^"]+)".*\} (\S+)', line)
         if mm:
             outcomes[mm.group(1)] += float(mm.group(2))
-    print(f"- Gateway: requests by outcome {dict((k, int(v)) for k, v in outcomes.items())}, retries {msum('gateway_retries_total'):.0f}, ejections {msum('gateway_ejections_total'):.0f}.")
+    print(f"- Gateway (its counters of the workers present at the end; a worker's series go when it leaves): requests by outcome {dict((k, int(v)) for k, v in outcomes.items())}, retries {msum('gateway_retries_total'):.0f}, ejections {msum('gateway_ejections_total'):.0f}.")
 print()
 print(f"RSS (MiB; sampled every few seconds; *first* is the first sample at least {warm_s:.0f} s into the load, drift = last / first - 1):")
 print()
@@ -239,13 +239,14 @@ for k in sorted(rows, key=order):
     life = samples[-1][0] - samples[0][0]
     drift = 100.0 * (last / first - 1) if first else 0.0
     long_lived = life >= duration * 0.75
-    if long_lived:
+    if long_lived and k[0] != "loadtest":
         flat.append((k[0], drift))
-    print(f"| {k[0]}{'' if long_lived else ' (restarted)'} | {k[1]} | {life:.0f} | {mib(first)} | {mib(last)} | {mib(mx)} | {drift:+.1f} % |")
+    label = k[0] + ("" if long_lived else " (restarted)") + (" (load generator)" if k[0] == "loadtest" else "")
+    print(f"| {label} | {k[1]} | {life:.0f} | {mib(first)} | {mib(last)} | {mib(mx)} | {drift:+.1f} % |")
 print()
 if flat:
     worst = max(flat, key=lambda x: abs(x[1]))
-    print(f"Processes that lived the whole run: drift {', '.join(f'{n} {d:+.1f} %' for n, d in flat)}; "
+    print(f"Servers that lived the whole run: drift {', '.join(f'{n} {d:+.1f} %' for n, d in flat)}; "
           f"{'all within 5 %' if abs(worst[1]) <= 5 else 'NOT all within 5 % (' + worst[0] + ')'}.")
     print()
 print(f"Latency per {s['interval_s']:.0f} s (open loop, from each request's due time):")
