@@ -326,10 +326,11 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
     ];
     let limit = BODY_TIMEOUT + CLOSE_MARGIN + Duration::from_secs(1);
     let big_body = Arc::new(vec![b'x'; max_body - 1]);
+    let few_at_a_time = Arc::new(tokio::sync::Semaphore::new(16));
     let mut conns = Vec::new();
     for (kind, n) in mix {
         for _ in 0..n {
-            let (url, big_body) = (url.to_owned(), big_body.clone());
+            let (url, big_body, few_at_a_time) = (url.to_owned(), big_body.clone(), few_at_a_time.clone());
             conns.push(tokio::spawn(async move {
                 let mut s = connect(&url).await;
                 let closed = match kind {
@@ -366,12 +367,16 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
                         }
                     }
                     Kind::IdleKeepAlive => {
+                        // A few at a time, so that they do not crowd the light client out of
+                        // the admission bound.
+                        let permit = few_at_a_time.acquire().await.unwrap();
                         s.write_all(format!("GET {LIGHT_QUERY} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
                             .await
                             .expect("request");
                         let mut pending = Vec::new();
                         let a = read_answer(&mut s, &mut pending).await.expect("an answer");
                         assert_eq!(a.status, 200);
+                        drop(permit);
                         hold_until_closed(s, Instant::now(), b"", Duration::from_millis(100), limit).await
                     }
                 };
