@@ -10,6 +10,14 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| format!("not a duration: {s:?} ({e}; write 250ms, 10s or 2m)"))
 }
 
+/// A positive, finite factor.
+fn parse_factor(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
+        _ => Err(format!("not a positive number: {s:?}")),
+    }
+}
+
 /// The gateway: p2c balancing over GPU workers, discovery, and the pool scaling signal.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "gateway", version, about)]
@@ -60,9 +68,35 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: Duration,
 
-    /// Most requests the gateway holds at once; beyond it 429 `overloaded` with `Retry-After`.
+    /// While a retry is left, an attempt on one worker waits at most this many times the
+    /// worker's latency estimate (a peak-EWMA: it jumps to slow answers) before the request is
+    /// sent to another worker. At least `--attempt-timeout-min`; within the request's deadline.
+    #[arg(long, env = "GATEWAY_ATTEMPT_TIMEOUT_FACTOR", default_value_t = 4.0, value_parser = parse_factor)]
+    pub attempt_timeout_factor: f64,
+
+    /// The shortest per-attempt timeout (scaled up for heavy requests by their estimated tokens
+    /// over `--heavy-request-tokens`).
+    #[arg(long, env = "GATEWAY_ATTEMPT_TIMEOUT_MIN", default_value = "1s", value_parser = parse_duration)]
+    pub attempt_timeout_min: Duration,
+
+    /// Most requests the gateway holds at once (counted once their body has arrived); beyond it
+    /// 429 `overloaded` with `Retry-After`. Heavy requests together may hold at most half.
     #[arg(long, env = "GATEWAY_MAX_OUTSTANDING", default_value_t = 4096)]
     pub max_outstanding: usize,
+
+    /// Most estimated tokens the gateway holds at once; beyond it 429 `overloaded`. Heavy
+    /// requests together may hold at most half, so light ones keep the rest.
+    #[arg(long, env = "GATEWAY_MAX_OUTSTANDING_TOKENS", default_value_t = 1 << 20)]
+    pub max_outstanding_tokens: u64,
+
+    /// A request of more estimated tokens than this is heavy (the worker's own threshold,
+    /// `--heavy-request-tokens`, has the same default).
+    #[arg(long, env = "GATEWAY_HEAVY_REQUEST_TOKENS", default_value_t = 256)]
+    pub heavy_request_tokens: u64,
+
+    /// Most tokens one query can cost (the model's sequence length: longer queries are cut).
+    #[arg(long, env = "GATEWAY_MAX_QUERY_TOKENS", default_value_t = 128)]
+    pub max_query_tokens: u64,
 
     /// Largest request body accepted (bytes); beyond it 413 `too_large`.
     #[arg(long, env = "GATEWAY_MAX_BODY_BYTES", default_value_t = 1 << 20)]
@@ -149,6 +183,11 @@ pub struct Config {
     /// Log as JSON lines.
     #[arg(long, env = "GATEWAY_LOG_JSON")]
     pub log_json: bool,
+
+    /// Connection hygiene of both ports (the `listener` crate's flags, as the worker's):
+    /// header, body and idle timeouts, the connection cap, the body byte budget.
+    #[command(flatten)]
+    pub listener: listener::ListenerArgs<listener::GatewayEnv>,
 
     #[command(flatten)]
     pub metrics_api: crate::metrics_api::MetricsApiConfig,

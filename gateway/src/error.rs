@@ -32,6 +32,10 @@ pub(crate) enum RequestError {
     InvalidRequest(String),
     #[error("request body larger than {0} bytes")]
     TooLarge(usize),
+    /// The body could not be read: too large, not received in time, malformed, or the
+    /// listener's body budget is spent (the listener's mapping: 413, 408, 400, 503).
+    #[error("{error}")]
+    Body { error: listener::Error, retry_after_s: u64 },
     #[error("the gateway is at capacity; retry later")]
     Overloaded { retry_after_s: u64 },
     #[error("no ready worker in pool {pool:?}; retry later")]
@@ -55,6 +59,7 @@ impl RequestError {
             Self::MethodNotAllowed(_) => ErrorType::MethodNotAllowed,
             Self::InvalidRequest(_) => ErrorType::InvalidRequest,
             Self::TooLarge(_) => ErrorType::TooLarge,
+            Self::Body { error, .. } => error.error_type(),
             Self::Overloaded { .. } => ErrorType::Overloaded,
             Self::NoWorker { .. } | Self::Draining { .. } => ErrorType::Unavailable,
             Self::Timeout => ErrorType::Timeout,
@@ -69,6 +74,7 @@ impl RequestError {
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Body { error, .. } => error.status(),
             Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::NoWorker { .. } | Self::Draining { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -82,6 +88,7 @@ impl RequestError {
             Self::Overloaded { retry_after_s }
             | Self::NoWorker { retry_after_s, .. }
             | Self::Draining { retry_after_s, .. } => Some(*retry_after_s),
+            Self::Body { error: listener::Error::Overloaded, retry_after_s } => Some(*retry_after_s),
             _ => None,
         }
     }
@@ -91,8 +98,26 @@ impl RequestError {
         match self {
             Self::Upstream(_) => "the worker failed or could not be reached".to_owned(),
             Self::Internal(_) => "internal error".to_owned(),
+            Self::Body { error, .. } => error.public_message(),
             other => other.to_string(),
         }
+    }
+}
+
+impl RequestError {
+    /// The answer, without the log line of [`IntoResponse::into_response`] (for errors logged
+    /// otherwise, e.g. once per kind).
+    pub(crate) fn quiet_response(self) -> Response {
+        let body = ErrorBody { error: self.public_message(), error_type: self.error_type() };
+        let mut resp = (self.status(), Json(body)).into_response();
+        if let Some(s) = self.retry_after_s() {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        if matches!(self, Self::Body { .. }) {
+            // The body was left partly unread: the connection cannot carry another request.
+            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        resp
     }
 }
 
@@ -102,12 +127,7 @@ impl IntoResponse for RequestError {
         if status.is_server_error() {
             tracing::warn!(error = %self, error_type = self.error_type().as_str(), "request failed");
         }
-        let body = ErrorBody { error: self.public_message(), error_type: self.error_type() };
-        let mut resp = (status, Json(body)).into_response();
-        if let Some(s) = self.retry_after_s() {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        resp
+        self.quiet_response()
     }
 }
 

@@ -40,6 +40,12 @@ pub struct RetryLabels {
     pub reason: String,
 }
 
+/// `kind`: where a panic happened (`file:line`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PanicLabels {
+    pub kind: String,
+}
+
 type FGauge = Gauge<f64, AtomicU64>;
 type HistogramCtor = fn() -> Histogram;
 
@@ -57,7 +63,9 @@ pub struct Metrics {
     pub retries: Family<RetryLabels, Counter>,
     pub ejections: Family<WorkerLabels, Counter>,
     pub admission_rejected: Counter,
+    pub panics: Family<PanicLabels, Counter>,
     pub outstanding: Gauge,
+    pub outstanding_tokens: Gauge,
     pub worker_outstanding: Family<WorkerLabels, Gauge>,
     pub worker_queue: Family<WorkerLabels, FGauge>,
     pub worker_gpu: Family<WorkerLabels, FGauge>,
@@ -92,7 +100,9 @@ impl Default for Metrics {
             retries: Family::default(),
             ejections: Family::default(),
             admission_rejected: Counter::default(),
+            panics: Family::default(),
             outstanding: Gauge::default(),
+            outstanding_tokens: Gauge::default(),
             worker_outstanding: Family::default(),
             worker_queue: Family::default(),
             worker_gpu: Family::default(),
@@ -131,7 +141,17 @@ impl Metrics {
             "Requests refused with 429 because the gateway was at --max-outstanding",
             self.admission_rejected.clone(),
         );
+        r.register(
+            "panics",
+            "Panics caught in request handling (answered 500 internal), by kind (source location)",
+            self.panics.clone(),
+        );
         r.register("outstanding", "Requests held by the gateway now", self.outstanding.clone());
+        r.register(
+            "outstanding_tokens",
+            "Estimated tokens of the requests held by the gateway now",
+            self.outstanding_tokens.clone(),
+        );
         r.register(
             "worker_outstanding",
             "Requests the gateway has sent to the worker and not finished",

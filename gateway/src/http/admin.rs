@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use super::{AppState, healthz, listener, method_not_allowed, not_found, readyz};
+use super::{AppState, healthz, method_not_allowed, not_found, readyz, serve as serving};
 use crate::error::RequestError;
 use crate::metrics;
 use crate::pool::{Pool, WorkerStatus};
@@ -34,12 +34,15 @@ fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serve operators on `listener` until `shutdown` resolves.
+/// Serve operators on `tcp` until `shutdown` resolves, under the same listener limits as the
+/// client port (its own connection cap and body budget).
 pub(crate) async fn serve(
-    listener: TcpListener,
+    tcp: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let server = listener::Server::new(tcp, state.listener_config(), state.admin_listener.clone());
+    let panics = state.panics.clone();
     let router = router(state);
     let handler = move |req: http::Request<hyper::body::Incoming>| {
         let router = router.clone();
@@ -50,7 +53,7 @@ pub(crate) async fn serve(
             }
         }
     };
-    listener::serve(listener, handler, shutdown).await
+    serving::serve(server, handler, panics, shutdown).await
 }
 
 fn current_signal(pool: &Pool) -> PoolSignal {

@@ -1,75 +1,152 @@
 //! Admission: whether the gateway takes a client's request at all. The one entry point is
 //! [`Admission::admit`], called by the predict entry (`predict::handle`) for every predict route
-//! before anything else is done for the request.
+//! once the request's body has arrived (a client trickling a body holds no admission, only its
+//! bytes within the listener's budget and body deadline).
 //!
-//! Policy today: at most `--max-outstanding` requests inside the gateway at once (a semaphore's
-//! `try_acquire`: never a queue); beyond it 429 `overloaded` with `Retry-After`, at once, counted
-//! in `gateway_admission_rejected_total` and `gateway_requests_total{outcome="overloaded"}`.
-//! What a request costs is one permit, whatever its size; a cost in tokens (or a bound on the
-//! wait for the body) would be decided here.
+//! Policy, in requests and in tokens (what a request costs a worker, estimated by `cost`), as
+//! the worker's own admission (`worker/src/core/admission.rs`):
+//! - at most `--max-outstanding` requests and `--max-outstanding-tokens` estimated tokens inside
+//!   the gateway at once;
+//! - a request of more than `--heavy-request-tokens` tokens is heavy; heavy requests together may
+//!   hold at most half of each bound, so light requests always find room however many heavy ones
+//!   arrive (a heavy request alone larger than half the token bound is charged half of it);
+//! - never a queue: beyond a bound, 429 `overloaded` with `Retry-After` at once, counted in
+//!   `gateway_admission_rejected_total` and `gateway_requests_total{outcome="overloaded"}`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::{Semaphore, SemaphorePermit};
 
+use crate::config::Config;
 use crate::error::RequestError;
 use crate::metrics::{Metrics, RequestLabels};
+use crate::routing::Cost;
 
-/// The admission bound of the gateway.
+/// A count with a bound, taken optimistically (add, and undo past the bound).
+#[derive(Debug, Default)]
+struct Bounded(AtomicU64);
+
+impl Bounded {
+    fn take(&self, n: u64, max: u64) -> bool {
+        let before = self.0.fetch_add(n, Ordering::AcqRel);
+        if before.saturating_add(n) > max {
+            self.0.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    fn give(&self, n: u64) {
+        self.0.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
+/// The admission bounds of the gateway.
 pub(crate) struct Admission {
-    permits: Semaphore,
+    max_requests: u64,
+    max_tokens: u64,
+    requests: Bounded,
+    tokens: Bounded,
+    heavy_requests: Bounded,
+    heavy_tokens: Bounded,
     retry_after_s: u64,
     outstanding: Gauge,
+    outstanding_tokens: Gauge,
     rejected: Counter,
-    requests: Family<RequestLabels, Counter>,
+    requests_total: Family<RequestLabels, Counter>,
     rejected_labels: RequestLabels,
 }
 
-/// An admitted request: holds its permit and counts in `gateway_outstanding` while it lives,
-/// also when the client goes away.
+/// An admitted request: holds its share of the bounds and counts in `gateway_outstanding` and
+/// `gateway_outstanding_tokens` while it lives, also when the client goes away.
 #[derive(Debug)]
 pub(crate) struct Admitted<'a> {
-    _permit: SemaphorePermit<'a>,
-    outstanding: &'a Gauge,
+    admission: &'a Admission,
+    tokens: u64,
+    heavy: bool,
 }
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
-        self.outstanding.dec();
+        let a = self.admission;
+        a.requests.give(1);
+        a.tokens.give(self.tokens);
+        if self.heavy {
+            a.heavy_requests.give(1);
+            a.heavy_tokens.give(self.tokens);
+        }
+        a.outstanding.dec();
+        a.outstanding_tokens.dec_by(i64::try_from(self.tokens).unwrap_or(i64::MAX));
+    }
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission").finish_non_exhaustive()
     }
 }
 
 impl Admission {
-    pub(crate) fn new(max_outstanding: usize, retry_after_s: u64, metrics: &Metrics) -> Self {
+    pub(crate) fn new(cfg: &Config, metrics: &Metrics) -> Self {
         let rejected_labels = RequestLabels {
             pool: String::new(),
             worker: "none".to_owned(),
             outcome: wire::ErrorType::Overloaded.as_str().to_owned(),
         };
         Self {
-            permits: Semaphore::new(max_outstanding),
-            retry_after_s,
+            max_requests: cfg.max_outstanding as u64,
+            max_tokens: cfg.max_outstanding_tokens,
+            requests: Bounded::default(),
+            tokens: Bounded::default(),
+            heavy_requests: Bounded::default(),
+            heavy_tokens: Bounded::default(),
+            retry_after_s: cfg.retry_after_s,
             outstanding: metrics.outstanding.clone(),
+            outstanding_tokens: metrics.outstanding_tokens.clone(),
             rejected: metrics.admission_rejected.clone(),
-            requests: metrics.requests.clone(),
+            requests_total: metrics.requests.clone(),
             rejected_labels,
         }
     }
 
-    /// Admit a request, or refuse it at once with 429 `overloaded`.
-    pub(crate) fn admit(&self) -> Result<Admitted<'_>, RequestError> {
-        match self.permits.try_acquire() {
-            Ok(permit) => {
-                self.outstanding.inc();
-                Ok(Admitted { _permit: permit, outstanding: &self.outstanding })
+    /// Admit a request of estimated cost `cost`, or refuse it at once with 429 `overloaded`.
+    pub(crate) fn admit(&self, cost: Cost) -> Result<Admitted<'_>, RequestError> {
+        let heavy_max_tokens = self.max_tokens / 2;
+        let tokens = if cost.heavy { cost.tokens.min(heavy_max_tokens.max(1)) } else { cost.tokens };
+        let refuse = || {
+            self.rejected.inc();
+            self.requests_total.get_or_create(&self.rejected_labels).inc();
+            Err(RequestError::Overloaded { retry_after_s: self.retry_after_s })
+        };
+        if cost.heavy {
+            if !self.heavy_requests.take(1, (self.max_requests / 2).max(1)) {
+                return refuse();
             }
-            Err(_) => {
-                self.rejected.inc();
-                self.requests.get_or_create(&self.rejected_labels).inc();
-                Err(RequestError::Overloaded { retry_after_s: self.retry_after_s })
+            if !self.heavy_tokens.take(tokens, heavy_max_tokens.max(1)) {
+                self.heavy_requests.give(1);
+                return refuse();
             }
         }
+        let undo_heavy = || {
+            if cost.heavy {
+                self.heavy_requests.give(1);
+                self.heavy_tokens.give(tokens);
+            }
+        };
+        if !self.requests.take(1, self.max_requests) {
+            undo_heavy();
+            return refuse();
+        }
+        if !self.tokens.take(tokens, self.max_tokens) {
+            self.requests.give(1);
+            undo_heavy();
+            return refuse();
+        }
+        self.outstanding.inc();
+        self.outstanding_tokens.inc_by(i64::try_from(tokens).unwrap_or(i64::MAX));
+        Ok(Admitted { admission: self, tokens, heavy: cost.heavy })
     }
 }
 
@@ -77,19 +154,62 @@ impl Admission {
 mod tests {
     use super::*;
 
+    fn admission(requests: usize, tokens: u64, m: &Metrics) -> Admission {
+        let mut cfg = Config::for_tests();
+        cfg.max_outstanding = requests;
+        cfg.max_outstanding_tokens = tokens;
+        cfg.retry_after_s = 3;
+        Admission::new(&cfg, m)
+    }
+
+    const LIGHT: Cost = Cost { tokens: 10, heavy: false, scale: 1.0 };
+    const HEAVY: Cost = Cost { tokens: 1000, heavy: true, scale: 4.0 };
+
     #[test]
     fn the_bound_refuses_at_once_and_frees_on_drop() {
         let m = Metrics::default();
-        let a = Admission::new(2, 3, &m);
-        let one = a.admit().unwrap();
-        let two = a.admit().unwrap();
+        let a = admission(2, 1 << 20, &m);
+        let one = a.admit(LIGHT).unwrap();
+        let two = a.admit(LIGHT).unwrap();
         assert_eq!(m.outstanding.get(), 2);
-        let refused = a.admit().unwrap_err();
+        let refused = a.admit(LIGHT).unwrap_err();
         assert!(matches!(refused, RequestError::Overloaded { retry_after_s: 3 }), "{refused}");
         assert_eq!(m.admission_rejected.get(), 1);
         drop(one);
         assert_eq!(m.outstanding.get(), 1);
-        let _three = a.admit().unwrap();
+        let _three = a.admit(LIGHT).unwrap();
         drop(two);
+    }
+
+    #[test]
+    fn tokens_are_bounded_too() {
+        let m = Metrics::default();
+        let a = admission(100, 25, &m);
+        let _a = a.admit(LIGHT).unwrap();
+        let _b = a.admit(LIGHT).unwrap();
+        assert!(a.admit(LIGHT).is_err(), "30 tokens > 25");
+        assert_eq!(m.outstanding_tokens.get(), 20);
+        assert!(a.admit(Cost { tokens: 5, ..LIGHT }).is_ok());
+    }
+
+    #[test]
+    fn heavy_requests_hold_at_most_half_and_light_ones_keep_the_rest() {
+        let m = Metrics::default();
+        let a = admission(10, 4000, &m);
+        let heavy: Vec<_> = (0..2).map(|_| a.admit(HEAVY).unwrap()).collect();
+        assert!(a.admit(HEAVY).is_err(), "2000 tokens: half of the token bound");
+        let light: Vec<_> = (0..8).map(|_| a.admit(LIGHT).unwrap()).collect();
+        assert!(a.admit(LIGHT).is_err(), "the request bound");
+        drop(light);
+        drop(heavy);
+        assert_eq!((m.outstanding.get(), m.outstanding_tokens.get()), (0, 0));
+        // By requests: at most half of --max-outstanding.
+        let a = admission(4, 1 << 30, &m);
+        let _h: Vec<_> = (0..2).map(|_| a.admit(HEAVY).unwrap()).collect();
+        assert!(a.admit(HEAVY).is_err());
+        let _l: Vec<_> = (0..2).map(|_| a.admit(LIGHT).unwrap()).collect();
+        // A heavy request larger than half the bound is still admitted when alone.
+        let a = admission(4, 100, &m);
+        assert!(a.admit(HEAVY).is_ok());
     }
 }

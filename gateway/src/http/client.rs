@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tower::ServiceExt;
 
 use super::predict::{self, Route};
-use super::{AppState, healthz, listener, method_not_allowed, not_found, readyz};
+use super::{AppState, healthz, method_not_allowed, not_found, readyz, serve as serving};
 
 /// The client port's routes other than the predict routes.
 fn router(state: AppState) -> Router {
@@ -28,7 +28,7 @@ fn router(state: AppState) -> Router {
 async fn handle<B>(state: &AppState, router: Router, req: Request<B>) -> Response
 where
     B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
 {
     match predict::route(req.uri().path()) {
         Some(Route::Default) => predict::handle(state, state.default_pool(), req).await,
@@ -40,18 +40,21 @@ where
     }
 }
 
-/// Serve clients on `listener` until `shutdown` resolves, then finish the requests in flight.
+/// Serve clients on `tcp` until `shutdown` resolves, then finish the requests in flight.
 pub(crate) async fn serve(
-    listener: TcpListener,
+    tcp: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let server = listener::Server::new(tcp, state.listener_config(), state.client_listener.clone());
+    let state = AppState { bodies: Some(server.bodies()), ..state };
     let router = router(state.clone());
+    let panics = state.panics.clone();
     let handler = move |req| {
         let (state, router) = (state.clone(), router.clone());
         async move { handle(&state, router, req).await }
     };
-    listener::serve(listener, handler, shutdown).await
+    serving::serve(server, handler, panics, shutdown).await
 }
 
 #[cfg(test)]

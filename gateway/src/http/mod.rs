@@ -9,13 +9,17 @@
 //!
 //! The client port's service sends every predict route to the predict entry (admission,
 //! request identity, the forward) and everything else to a small router ([`client`]); the admin
-//! port is an axum router ([`admin`]). Both are served by the same accept loop ([`listener`]).
+//! port is an axum router ([`admin`]). Both are served by the `listener` crate ([`serve`]: its
+//! timeouts, connection cap and body budget on both ports), a panic in a handler answered JSON
+//! 500, counted and logged once per kind ([`panics`]).
 
 mod admin;
 mod admission;
 mod client;
-mod listener;
+mod cost;
+mod panics;
 mod predict;
+mod serve;
 mod trace;
 
 use std::sync::Arc;
@@ -38,6 +42,13 @@ pub(crate) struct AppState {
     pub(crate) pools: Arc<Pools>,
     admission: Arc<Admission>,
     registry: Arc<Registry>,
+    /// The listener's metrics of each port (`gateway_connections_*`, `gateway_admin_connections_*`, ...).
+    client_listener: listener::Metrics,
+    admin_listener: listener::Metrics,
+    panics: panics::Panics,
+    /// The client listener's body reader (its deadline and budget), once serving; without one
+    /// (handlers called directly in tests) bodies are read under `--max-body-bytes` only.
+    bodies: Option<listener::BodyReader>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -49,9 +60,22 @@ impl std::fmt::Debug for AppState {
 impl AppState {
     pub(crate) fn new(pools: Arc<Pools>) -> Self {
         let ctx = pools.ctx();
-        let admission = Arc::new(Admission::new(ctx.config.max_outstanding, ctx.config.retry_after_s, &ctx.metrics));
-        let registry = Arc::new(ctx.metrics.registry());
-        Self { pools, admission, registry }
+        let admission = Arc::new(Admission::new(&ctx.config, &ctx.metrics));
+        let mut registry = ctx.metrics.registry();
+        let client_listener = listener::Metrics::register(&mut registry, "gateway");
+        let admin_listener = listener::Metrics::register(&mut registry, "gateway_admin");
+        let panics = panics::Panics::new(ctx.metrics.panics.clone());
+        Self { pools, admission, registry: Arc::new(registry), client_listener, admin_listener, panics, bodies: None }
+    }
+
+    /// The listener's settings: the flags, the gateway's `Retry-After`, and a drain long enough
+    /// for a request at its deadline.
+    fn listener_config(&self) -> listener::Config {
+        let c = &self.pools.ctx().config;
+        let mut cfg = c.listener.config();
+        cfg.retry_after_s = c.retry_after_s;
+        cfg.drain_timeout = cfg.drain_timeout.max(c.request_timeout + std::time::Duration::from_secs(1));
+        cfg
     }
 
     fn default_pool(&self) -> &str {

@@ -37,12 +37,13 @@ pub(super) fn route(path: &str) -> Option<Route> {
     Some(Route::Pool(percent_encoding::percent_decode_str(pool).decode_utf8_lossy().into_owned()))
 }
 
-/// Serve one request to a predict route of pool `pool`: admission, request identity, the body
-/// (bounded), the forward to a worker with its retry budget, and the answer with the request id.
+/// Serve one request to a predict route of pool `pool`: request identity, the body (under the
+/// listener's deadline and byte budget), admission, the forward to a worker with its retry
+/// budget, and the answer with the request id.
 pub(super) async fn handle<B>(state: &AppState, pool: &str, req: http::Request<B>) -> Response
 where
     B: HttpBody<Data = bytes::Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
 {
     // HEAD as a GET without the body, as routers do.
     if !matches!(*req.method(), Method::GET | Method::POST | Method::HEAD) {
@@ -64,33 +65,37 @@ where
 async fn admitted<B>(state: &AppState, pool: &str, req: http::Request<B>, ids: &Ids) -> Result<Response, RequestError>
 where
     B: HttpBody<Data = bytes::Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
 {
-    let _admitted = state.admission.admit()?;
-    let pool_name = pool;
-    let Some(pool) = state.pools.get(pool) else {
-        return Err(RequestError::UnknownPool(pool.to_owned()));
-    };
     let (headers, n) = ids.headers();
     // The request's log span, made only when something is logged about the request (a retry,
     // an ejection, a draining worker, an error): on the success path nothing is, and a span per
     // request costs as much as the rest of the gateway's work for it when the log takes it.
+    let pool_name = pool;
     let span = || ids.span(pool_name);
-    let inc = incoming(req, state.pools.ctx().config.max_body_bytes, &headers[..n], &span).await?;
+    // The body first: admission counts a request once it has arrived whole, so that clients
+    // trickling bodies hold no admission permit (only their bytes, within the listener's
+    // budget and its body deadline).
+    let inc = incoming(state, req, &headers[..n], &span).await?;
+    let _admitted = state.admission.admit(inc.cost)?;
+    let Some(pool) = state.pools.get(pool) else {
+        return Err(RequestError::UnknownPool(pool.to_owned()));
+    };
     routing::forward(&pool, &inc).await.map(response)
 }
 
 /// Buffer the client's request (bounded), keeping what the worker needs.
 async fn incoming<'a, B>(
+    state: &AppState,
     req: http::Request<B>,
-    max_body: usize,
     headers: &'a [(&'static str, &'a HeaderValue)],
     span: &'a (dyn Fn() -> tracing::Span + Sync),
 ) -> Result<Incoming<'a>, RequestError>
 where
     B: HttpBody<Data = bytes::Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
 {
+    let max_body = state.pools.ctx().config.max_body_bytes;
     let (parts, body) = req.into_parts();
     // `/predict?...` is forwarded as it came (a cheap clone of the parsed URI's bytes); other
     // routes (`/pools/{pool}/predict`) become `/predict` with the same query.
@@ -106,9 +111,14 @@ where
     };
     let body = if parts.method == Method::GET {
         bytes::Bytes::new()
+    } else if let Some(bodies) = &state.bodies {
+        // 413 too large, 408 not in time, 400 malformed (as the worker), 503 budget spent.
+        let retry_after_s = state.pools.ctx().config.retry_after_s;
+        bodies.collect(body, max_body).await.map_err(|error| RequestError::Body { error, retry_after_s })?
     } else {
         Limited::new(body, max_body).collect().await.map_err(|_| RequestError::TooLarge(max_body))?.to_bytes()
     };
+    let cost = super::cost::estimate(&state.pools.ctx().config, parts.uri.query(), &body);
     Ok(Incoming {
         method: parts.method,
         path_and_query,
@@ -116,6 +126,7 @@ where
         headers,
         span,
         body,
+        cost,
     })
 }
 

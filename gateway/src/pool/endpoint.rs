@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::ewma::PeakEwma;
-use super::outcome::HealthEffect;
+use super::outcome::{HealthEffect, STALL_AFTER};
 use super::stats::StatsView;
 use crate::ctx::Ctx;
 use crate::metrics::{Metrics, RequestLabels, WorkerLabels};
@@ -39,6 +39,9 @@ pub enum Health {
     NotReady = 2,
     /// Too many consecutive failures; re-probed with backoff.
     Ejected = 3,
+    /// Its stats or readiness calls time out (a stopped or wedged process); re-probed at every
+    /// poll, back as soon as `/readyz` answers 200 in time.
+    Stalled = 4,
 }
 
 impl Health {
@@ -47,6 +50,7 @@ impl Health {
             1 => Self::Ready,
             2 => Self::NotReady,
             3 => Self::Ejected,
+            4 => Self::Stalled,
             _ => Self::Probing,
         }
     }
@@ -58,6 +62,7 @@ pub(crate) enum Change {
     None,
     Ejected,
     Drained,
+    Stalled,
     Recovered,
 }
 
@@ -86,6 +91,21 @@ impl Snapshot {
     }
 }
 
+/// The latency estimate's settings: where it starts (`--default-rtt`), its decay
+/// (`--rtt-decay`) and its bound (the request deadline, `--request-timeout`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rtt {
+    pub(crate) default: Duration,
+    pub(crate) decay: Duration,
+    pub(crate) cap: Duration,
+}
+
+impl Rtt {
+    pub(crate) fn from_config(c: &crate::config::Config) -> Self {
+        Self { default: c.default_rtt, decay: c.rtt_decay, cap: c.request_timeout }
+    }
+}
+
 /// Per-worker state shared by the balancer, the proxy, the monitor task and the signal.
 pub(crate) struct Endpoint {
     /// Base URL as discovered, e.g. `http://10.0.0.5:8000` (no trailing slash).
@@ -95,8 +115,13 @@ pub(crate) struct Endpoint {
     /// Incremented each time the worker leaves `Ready`: the monitor restarts its backoff then.
     downs: AtomicU64,
     failures: AtomicU32,
+    /// Monitoring calls timed out in a row.
+    poll_timeouts: AtomicU32,
     outstanding: AtomicU64,
     rtt: Mutex<PeakEwma>,
+    /// A refusal or a failure raised the estimate since its last answer: the next answer
+    /// restarts it (the worker answers again; what the penalties guessed no longer holds).
+    penalized: AtomicBool,
     default_rtt: Duration,
     rtt_decay: Duration,
     snapshot: Mutex<Option<Snapshot>>,
@@ -138,8 +163,7 @@ impl Endpoint {
     pub(crate) fn new(
         pool: &str,
         url: &str,
-        default_rtt: Duration,
-        rtt_decay: Duration,
+        rtt: Rtt,
         max_idle_connections: usize,
         ready_notify: Arc<Notify>,
         metrics: &Metrics,
@@ -159,10 +183,12 @@ impl Endpoint {
             health: AtomicU8::new(Health::Probing as u8),
             downs: AtomicU64::new(0),
             failures: AtomicU32::new(0),
+            poll_timeouts: AtomicU32::new(0),
             outstanding: AtomicU64::new(0),
-            rtt: Mutex::new(PeakEwma { estimate_s: default_rtt.as_secs_f64(), updated: Instant::now() }),
-            default_rtt,
-            rtt_decay,
+            rtt: Mutex::new(PeakEwma::new(rtt.default, rtt.cap, Instant::now())),
+            penalized: AtomicBool::new(false),
+            default_rtt: rtt.default,
+            rtt_decay: rtt.decay,
             snapshot: Mutex::new(None),
             held_pressure: Mutex::new(None),
             ready_notify,
@@ -185,11 +211,14 @@ impl Endpoint {
         if h == Health::Ready {
             self.failures.store(0, Ordering::Release);
             if prev != Health::Ready as u8 {
-                // Back (or new): no latency estimate that decayed while it was out may let
-                // every pick flood it before its first answer.
+                // Back (or new): the estimate starts over at the default, neither what decayed
+                // while it was out (every pick would flood it before its first answer) nor what
+                // the penalties and slow answers that took it out left (it would get no traffic
+                // for minutes).
                 if let Ok(mut e) = self.rtt.lock() {
-                    e.restart(self.default_rtt, Instant::now(), self.rtt_decay);
+                    e.restart(self.default_rtt, Instant::now());
                 }
+                self.penalized.store(false, Ordering::Release);
                 self.ready_notify.notify_waiters();
             }
         }
@@ -224,12 +253,31 @@ impl Endpoint {
                     Change::None
                 }
             }
+            HealthEffect::Slow { waited } => {
+                // Slow is not failed: a sample, never a failure.
+                self.observe_rtt(waited);
+                Change::None
+            }
+            HealthEffect::Responsive => {
+                self.poll_timeouts.store(0, Ordering::Release);
+                Change::None
+            }
+            HealthEffect::Unresponsive => {
+                let n = self.poll_timeouts.fetch_add(1, Ordering::AcqRel).saturating_add(1);
+                if n >= STALL_AFTER && self.is_ready() {
+                    self.set_health(Health::Stalled);
+                    Change::Stalled
+                } else {
+                    Change::None
+                }
+            }
             HealthEffect::Draining if self.is_ready() => {
                 self.set_health(Health::NotReady);
                 Change::Drained
             }
             HealthEffect::Draining => Change::None,
             HealthEffect::Ready if !self.is_ready() => {
+                self.poll_timeouts.store(0, Ordering::Release);
                 self.set_health(Health::Ready);
                 Change::Recovered
             }
@@ -238,6 +286,10 @@ impl Endpoint {
         if change == Change::Ejected {
             tracing::warn!(pool = %self.pool, worker = %self.url, reason = %why, "worker ejected after consecutive failures");
             self.with_series(&ctx.metrics, |m| m.ejections.get_or_create(&self.labels).inc());
+        }
+        if change == Change::Stalled {
+            tracing::warn!(pool = %self.pool, worker = %self.url, timeouts = STALL_AFTER,
+                "worker stalled: its monitoring calls time out; out of rotation until it answers");
         }
         change
     }
@@ -256,12 +308,29 @@ impl Endpoint {
         false
     }
 
-    /// Record a success: the consecutive-failure count starts over.
-    fn record_success(&self, rtt: Duration) {
+    /// Record a success: the consecutive-failure count starts over, and the latency sample
+    /// (if any: a heavy request's time says nothing of the light ones') is taken. The first
+    /// answer after penalties restarts the estimate (at least `--default-rtt`): the worker
+    /// answers again, and a penalised estimate would keep it from traffic for tens of seconds.
+    fn record_success(&self, rtt: Option<Duration>) {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Release);
         }
-        self.observe_rtt(rtt);
+        let restart = self.penalized.load(Ordering::Relaxed) && self.penalized.swap(false, Ordering::AcqRel);
+        match rtt {
+            Some(rtt) if restart => {
+                if let Ok(mut e) = self.rtt.lock() {
+                    e.restart(rtt.max(self.default_rtt), Instant::now());
+                }
+            }
+            Some(rtt) => self.observe_rtt(rtt),
+            None if restart => {
+                if let Ok(mut e) = self.rtt.lock() {
+                    e.restart(self.default_rtt, Instant::now());
+                }
+            }
+            None => {}
+        }
     }
 
     fn observe_rtt(&self, rtt: Duration) {
@@ -270,16 +339,28 @@ impl Endpoint {
         }
     }
 
-    /// A fast refusal (429) must not look like a fast worker: raise the estimate as if the
-    /// request had taken twice the current estimate.
+    /// A fast refusal (429) or failure must not look like a fast worker: the estimate doubles,
+    /// bounded (see `ewma`).
     fn penalize(&self) {
-        let est = self.rtt_estimate_s();
-        self.observe_rtt(Duration::from_secs_f64(est * 2.0));
+        if let Ok(mut e) = self.rtt.lock() {
+            e.penalize(self.default_rtt, Instant::now(), self.rtt_decay);
+        }
+        self.penalized.store(true, Ordering::Release);
     }
 
-    /// The balancer's latency estimate now (seconds).
+    /// The balancer's latency estimate now (seconds). A penalty older than `ewma::PENALTY_HOLD`
+    /// with no answer since ends here: the estimate starts over at the default.
     pub(crate) fn rtt_estimate_s(&self) -> f64 {
-        self.rtt.lock().map(|e| e.at(Instant::now(), self.rtt_decay)).unwrap_or(0.0)
+        let now = Instant::now();
+        self.rtt
+            .lock()
+            .map(|mut e| {
+                if e.expire_penalty(self.default_rtt, now) {
+                    self.penalized.store(false, Ordering::Release);
+                }
+                e.at(now, self.rtt_decay)
+            })
+            .unwrap_or(0.0)
     }
 
     pub(crate) fn outstanding(&self) -> u64 {
@@ -380,19 +461,11 @@ impl Drop for InFlight {
 mod tests {
     use super::*;
 
+    const RTT: Rtt =
+        Rtt { default: Duration::from_millis(30), decay: Duration::from_secs(10), cap: Duration::from_secs(10) };
+
     fn ep() -> Arc<Endpoint> {
-        Arc::new(
-            Endpoint::new(
-                "p",
-                "http://127.0.0.1:9/",
-                Duration::from_millis(30),
-                Duration::from_secs(10),
-                4,
-                Arc::default(),
-                &Metrics::default(),
-            )
-            .unwrap(),
-        )
+        Arc::new(Endpoint::new("p", "http://127.0.0.1:9/", RTT, 4, Arc::default(), &Metrics::default()).unwrap())
     }
 
     #[test]
@@ -410,7 +483,7 @@ mod tests {
         let fail = |e: &Endpoint| e.apply(HealthEffect::Failure, &ctx, &"test");
         assert_eq!(fail(&e), Change::None);
         assert_eq!(fail(&e), Change::None);
-        e.apply(HealthEffect::Success { rtt: Duration::from_millis(1) }, &ctx, &"test");
+        e.apply(HealthEffect::Success { rtt: Some(Duration::from_millis(1)) }, &ctx, &"test");
         assert_eq!(fail(&e), Change::None);
         assert_eq!(fail(&e), Change::None);
         assert_eq!(fail(&e), Change::Ejected);
@@ -434,6 +507,28 @@ mod tests {
         assert_eq!(e.apply(HealthEffect::Draining, &ctx, &"test"), Change::None);
         e.set_health(Health::Ready);
         assert_eq!(e.apply(HealthEffect::Unreachable, &ctx, &"test"), Change::Ejected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_never_ejects_and_timed_out_polls_stall_until_a_probe_answers() {
+        let ctx = Ctx::for_tests(|c| c.eject_after = 1);
+        let e = ep();
+        e.set_health(Health::Ready);
+        for _ in 0..1000 {
+            assert_eq!(e.apply(HealthEffect::Slow { waited: Duration::from_secs(9) }, &ctx, &"t"), Change::None);
+        }
+        assert_eq!(e.health(), Health::Ready, "slow is not failed");
+        assert_eq!(e.rtt_estimate_s(), 9.0);
+        // One timed-out poll is a blip; an answer in between starts the count over.
+        assert_eq!(e.apply(HealthEffect::Unresponsive, &ctx, &"t"), Change::None);
+        assert_eq!(e.apply(HealthEffect::Responsive, &ctx, &"t"), Change::None);
+        assert_eq!(e.apply(HealthEffect::Unresponsive, &ctx, &"t"), Change::None);
+        assert_eq!(e.apply(HealthEffect::Unresponsive, &ctx, &"t"), Change::Stalled);
+        assert_eq!(e.health(), Health::Stalled);
+        assert_eq!(e.apply(HealthEffect::Unresponsive, &ctx, &"t"), Change::None);
+        assert_eq!(e.apply(HealthEffect::Ready, &ctx, &"t"), Change::Recovered);
+        assert!((e.rtt_estimate_s() - 0.030).abs() < 1e-9, "restarted: {}", e.rtt_estimate_s());
+        assert_eq!(e.apply(HealthEffect::Unresponsive, &ctx, &"t"), Change::None, "the count started over");
     }
 
     #[test]
@@ -460,7 +555,7 @@ mod tests {
         assert!((later - 0.200 / std::f64::consts::E).abs() < 1e-6, "{later}");
         tokio::time::advance(Duration::from_secs(60)).await;
         assert!(e.rtt_estimate_s() < 0.001, "an idle worker becomes worth trying again");
-        // Out and back: it restarts no lower than the default, so it is not flooded.
+        // Out and back: it restarts at the default, so it is not flooded.
         e.set_health(Health::NotReady);
         e.set_health(Health::Ready);
         assert!((e.rtt_estimate_s() - 0.030).abs() < 1e-9, "{}", e.rtt_estimate_s());
@@ -470,11 +565,84 @@ mod tests {
         assert!((e.rtt_estimate_s() - 0.005).abs() < 1e-9, "{}", e.rtt_estimate_s());
     }
 
+    /// The overload: 429 after 429 doubled the estimate until it overflowed. Now it
+    /// saturates, and the worker gets traffic again within seconds: at its first answer, or at
+    /// once when it is ready again after being out.
+    #[tokio::test(start_paused = true)]
+    async fn penalties_saturate_and_the_estimate_restarts_on_recovery() {
+        let ctx = Ctx::for_tests(|c| c.eject_after = u32::MAX);
+        let (e, other) = (ep(), ep());
+        e.set_health(Health::Ready);
+        other.set_health(Health::Ready);
+        for _ in 0..100_000 {
+            e.apply(HealthEffect::Refused, &ctx, &"429");
+            e.apply(HealthEffect::Failure, &ctx, &"500");
+        }
+        let est = e.rtt_estimate_s();
+        assert!(est.is_finite() && est <= super::super::ewma::PENALTY_CAP_S, "{est}");
+        // Refusals stop; the worker answers (its first answer in a while): it starts over.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert!(e.rtt_estimate_s() > 0.5, "the penalty holds");
+        e.apply(HealthEffect::Success { rtt: Some(Duration::from_millis(5)) }, &ctx, &"ok");
+        assert!((e.rtt_estimate_s() - 0.030).abs() < 1e-9, "{}", e.rtt_estimate_s());
+        // Later answers are samples as usual.
+        e.apply(HealthEffect::Success { rtt: Some(Duration::from_millis(80)) }, &ctx, &"ok");
+        assert!((e.rtt_estimate_s() - 0.080).abs() < 1e-9, "{}", e.rtt_estimate_s());
+        // Refused again, and given no traffic: the penalty ends by itself after a second.
+        e.apply(HealthEffect::Refused, &ctx, &"429");
+        assert!((e.rtt_estimate_s() - 0.160).abs() < 1e-9, "{}", e.rtt_estimate_s());
+        tokio::time::advance(Duration::from_millis(1_000)).await;
+        assert!((e.rtt_estimate_s() - 0.030).abs() < 1e-9, "{}", e.rtt_estimate_s());
+        // Out of rotation with the highest estimate there is, and back: the default again, as
+        // low as a worker that has been answering in 30 ms, so it wins duels at once.
+        for _ in 0..100 {
+            e.apply(HealthEffect::Failure, &ctx, &"500");
+        }
+        e.observe_rtt(Duration::MAX);
+        assert_eq!(e.rtt_estimate_s(), 10.0, "bounded by the request deadline");
+        e.set_health(Health::NotReady);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        other.observe_rtt(Duration::from_millis(30));
+        e.apply(HealthEffect::Ready, &ctx, &"probe");
+        assert!((e.rtt_estimate_s() - 0.030).abs() < 1e-9, "{}", e.rtt_estimate_s());
+        assert!(e.rtt_estimate_s() <= other.rtt_estimate_s() * 1.1, "it competes with a worker answering in 30 ms");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(500)))]
+
+        /// Any sequence of health effects on a worker: no panic, and an estimate that stays
+        /// finite and within the request deadline.
+        #[test]
+        fn any_sequence_of_effects_keeps_the_estimate_bounded(
+            ops in proptest::collection::vec((0u8..8, proptest::prelude::any::<u64>()), 0..300),
+        ) {
+            let ctx = Ctx::for_tests(|c| c.eject_after = 3);
+            let e = ep();
+            for (op, n) in ops {
+                let effect = match op {
+                    0 => HealthEffect::Success { rtt: Some(Duration::from_nanos(n)) },
+                    1 => HealthEffect::Success { rtt: Some(Duration::new(n, 999_999_999)) },
+                    2 => HealthEffect::Success { rtt: None },
+                    3 => HealthEffect::Refused,
+                    4 => HealthEffect::Failure,
+                    5 => HealthEffect::Ready,
+                    6 => HealthEffect::Draining,
+                    _ => HealthEffect::Unreachable,
+                };
+                e.apply(effect, &ctx, &"prop");
+                let est = e.rtt_estimate_s();
+                proptest::prop_assert!(est.is_finite() && (0.0..=10.0).contains(&est), "{est}");
+            }
+        }
+    }
+
     #[test]
     fn a_retired_worker_leaves_no_series() {
         let m = Metrics::default();
         let registry = m.registry();
-        let e = Endpoint::new("p", "http://10.0.0.9:80", Duration::ZERO, Duration::from_secs(1), 1, Arc::default(), &m)
+        let e = Endpoint::new("p", "http://10.0.0.9:80", Rtt { default: Duration::ZERO, ..RTT }, 1, Arc::default(), &m)
             .unwrap();
         e.count_request(&m, "ok", 0.01);
         e.count_request(&m, "timeout", 0.01);

@@ -26,7 +26,10 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 pub use endpoint::Health;
+#[cfg(test)]
+pub(crate) use endpoint::Rtt;
 pub(crate) use endpoint::{Change, Endpoint, parse_base_url};
+pub(crate) use ewma::secs;
 pub use registry::Pools;
 pub(crate) use registry::Targets;
 
@@ -212,8 +215,7 @@ impl Pool {
             let ep = match Endpoint::new(
                 &self.name,
                 url,
-                cfg.default_rtt,
-                cfg.rtt_decay,
+                endpoint::Rtt::from_config(cfg),
                 cfg.pool_max_idle_per_host,
                 Arc::clone(&self.ready_notify),
                 &self.ctx.metrics,

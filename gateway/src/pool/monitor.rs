@@ -1,6 +1,8 @@
 //! One background task per worker: polls `/v1/stats` (jittered, with a timeout) and re-probes
 //! `/readyz` with exponential backoff while the worker is not receiving traffic (new, unready,
-//! draining or ejected). What a poll's outcome does to the worker's health is the outcome
+//! draining or ejected), or at every poll while it is stalled (its calls timed out: it is back
+//! as soon as it answers). After a call that timed out the next poll goes at once, so that a
+//! stopped worker is out of rotation within about a second (`outcome::STALL_AFTER`). What a poll's outcome does to the worker's health is the outcome
 //! policy's call (`outcome::classify`); the content of a stats document is read here.
 
 use std::sync::Arc;
@@ -67,8 +69,10 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
             backoff = cfg.probe_backoff;
             next_probe = now + backoff;
         }
-        if health != Health::Ready && now >= next_probe {
+        let mut timed_out = false;
+        if health != Health::Ready && (now >= next_probe || health == Health::Stalled) {
             let (outcome, _) = get(&ctx, &ep, Call::Probe, "/readyz").await;
+            timed_out |= outcome == HealthEffect::Unresponsive;
             if ep.apply(outcome, &ctx, &"readiness probe") == Change::Recovered {
                 tracing::info!(pool = %ep.pool, worker = %ep.url, from = ?health, "worker ready");
                 backoff = cfg.probe_backoff;
@@ -78,6 +82,7 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
             }
         }
         let (effect, body) = get(&ctx, &ep, Call::Stats, "/v1/stats").await;
+        timed_out |= effect == HealthEffect::Unresponsive;
         ep.apply(effect, &ctx, &"unreachable");
         if let Some(body) = body {
             read_stats(&ep, &ctx, &body, &mut told);
@@ -90,6 +95,10 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
         let mut sleep = jittered(cfg.stats_interval);
         if !ready {
             sleep = sleep.min(next_probe.saturating_duration_since(Instant::now()));
+        }
+        if timed_out {
+            // The call already waited `--stats-timeout`: ask again at once.
+            sleep = Duration::ZERO;
         }
         tokio::time::sleep(sleep.max(Duration::from_millis(10))).await;
     }
@@ -135,13 +144,13 @@ async fn get(ctx: &Ctx, ep: &Endpoint, call: Call, path: &'static str) -> (Healt
             (a.status == http::StatusCode::OK).then(|| a.body.clone()),
         ),
         Ok(Err(e)) => (Outcome::Failed(e), None),
-        Err(_) => (Outcome::TimedOut, None),
+        Err(_) => (Outcome::TimedOut { waited: sent.elapsed(), whole_request: true }, None),
     };
     match &o {
         Outcome::Answered { status, .. } if !status.is_success() => {
             tracing::debug!(worker = %ep.url, path, %status, "monitoring call answered");
         }
-        Outcome::TimedOut => tracing::debug!(worker = %ep.url, path, "monitoring call timed out"),
+        Outcome::TimedOut { .. } => tracing::debug!(worker = %ep.url, path, "monitoring call timed out"),
         _ => {}
     }
     (outcome::classify(call, &o).health, body)

@@ -10,17 +10,23 @@
 //! | predict | connection failed, request not sent ([`Error::Connect`]) | retry `connect` | failure |
 //! | predict | sent, no complete answer ([`Error::Exchange`]) | retry `dropped`: the worker may have started it, but `/predict` is pure | failure |
 //! | predict | 503 | retry `unavailable`: by contract the worker did not start it | with `error_type` `unavailable`: draining (out of rotation at once); else none |
-//! | predict | 429 | answer (passed through with its `Retry-After`) | refused: latency estimate raised, no failure counted |
+//! | predict | 429 | retry `overloaded` (on another worker, only if one is ready now; else the 429 goes to the client with its `Retry-After`) | refused: latency estimate raised (bounded), no failure counted |
 //! | predict | other 5xx | answer | failure |
-//! | predict | 2xx, 4xx | answer | success (failure count reset, latency sample) |
-//! | predict | the request's deadline passed | timeout (504, never resent) | failure |
+//! | predict | 2xx, 4xx | answer | success (failure count reset, latency sample unless the request is heavy) |
+//! | predict | the attempt's own timeout passed (derived from the worker's latency estimate, before the request's deadline) | retry `slow`: `/predict` is pure | slow: latency sample of the time waited, **no failure** |
+//! | predict | the request's deadline passed | timeout (504, not sent again) | slow: the same, **no failure** |
 //! | probe (`/readyz`) | 200 | – | ready |
-//! | probe, stats | other answer, timeout | – | none (a busy worker is still a worker) |
+//! | probe, stats | other answer | – | responsive (the count of timed-out polls starts over) |
+//! | probe, stats | timeout (`--stats-timeout`) | – | unresponsive: [`STALL_AFTER`] in a row take a ready worker out of rotation (stalled) until a probe answers 200 |
 //! | probe, stats | connection failed or dropped | – | unreachable: counted as a failure while ready |
 //!
-//! A failure raises the worker's latency estimate (a failing worker must not look fast) and
-//! counts towards `--eject-after` consecutive failures, which eject it; a success resets the
-//! count. The content of a stats document (`draining`, `ready: false`) is the monitor's to read.
+//! Slow is not failed: a worker that answers, however slowly, is never ejected for it (its
+//! latency estimate makes the balancer prefer the others). A worker that does not answer its
+//! monitoring calls at all (stopped, or its process wedged) is stalled: out of rotation within
+//! about a second, back as soon as it answers a probe. A failure raises the worker's latency
+//! estimate (a failing worker must not look fast) and counts towards `--eject-after` consecutive
+//! failures, which eject it; a success resets the count. The content of a stats document
+//! (`draining`, `ready: false`) is the monitor's to read.
 
 use std::time::Duration;
 
@@ -48,9 +54,15 @@ pub(crate) enum Outcome<'a> {
     Answered { status: StatusCode, error_type: Option<ErrorType>, rtt: Duration },
     /// The connection failed or broke (after the transport resend, if any).
     Failed(&'a upstream::Error),
-    /// The call's deadline passed first.
-    TimedOut,
+    /// The call's timeout passed first, after `waited`; `whole_request`: it was the client
+    /// request's deadline (nothing left for another attempt), not the attempt's own timeout.
+    TimedOut { waited: Duration, whole_request: bool },
 }
+
+/// Monitoring calls timed out in a row that take a ready worker out of rotation: with the
+/// monitor polling again at once after a timeout, about a second at the default
+/// `--stats-interval` (500 ms) and `--stats-timeout` (250 ms).
+pub(crate) const STALL_AFTER: u32 = 2;
 
 /// What to do with the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +81,10 @@ pub(crate) enum RetryReason {
     Connect,
     Dropped,
     Unavailable,
+    /// The worker answered 429: another may have room.
+    Overloaded,
+    /// The attempt's own timeout passed: the worker may be stalled.
+    Slow,
 }
 
 impl RetryReason {
@@ -77,6 +93,8 @@ impl RetryReason {
             Self::Connect => "connect",
             Self::Dropped => "dropped",
             Self::Unavailable => "unavailable",
+            Self::Overloaded => "overloaded",
+            Self::Slow => "slow",
         }
     }
 }
@@ -85,9 +103,10 @@ impl RetryReason {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum HealthEffect {
     None,
-    /// Consecutive failures start over; the latency estimate takes the sample.
+    /// Consecutive failures start over; the latency estimate takes the sample, if any (a heavy
+    /// request's time says nothing of the light ones').
     Success {
-        rtt: Duration,
+        rtt: Option<Duration>,
     },
     /// A fast refusal must not make the worker look fast: the latency estimate goes up.
     Refused,
@@ -96,6 +115,15 @@ pub(crate) enum HealthEffect {
     /// One more consecutive failure if the worker is ready (nothing listens, or the connection
     /// broke); the latency estimate is left alone.
     Unreachable,
+    /// No answer in time: the latency estimate takes the time waited as a sample; not a
+    /// failure (slow is not failed).
+    Slow {
+        waited: Duration,
+    },
+    /// A monitoring call answered: the count of timed-out polls starts over.
+    Responsive,
+    /// A monitoring call timed out: one more in a row ([`STALL_AFTER`] take it out).
+    Unresponsive,
     /// Out of rotation at once (it refuses new work); re-probed.
     Draining,
     /// Back in rotation.
@@ -113,7 +141,10 @@ pub(crate) struct Classified {
 pub(crate) fn classify(call: Call, outcome: &Outcome<'_>) -> Classified {
     let c = |verdict, health| Classified { verdict, health };
     match (call, outcome) {
-        (Call::Predict, Outcome::TimedOut) => c(Verdict::Timeout, HealthEffect::Failure),
+        (Call::Predict, Outcome::TimedOut { waited, whole_request }) => {
+            let verdict = if *whole_request { Verdict::Timeout } else { Verdict::Retry(RetryReason::Slow) };
+            c(verdict, HealthEffect::Slow { waited: *waited })
+        }
         (Call::Predict, Outcome::Failed(upstream::Error::Connect(_))) => {
             c(Verdict::Retry(RetryReason::Connect), HealthEffect::Failure)
         }
@@ -127,14 +158,13 @@ pub(crate) fn classify(call: Call, outcome: &Outcome<'_>) -> Classified {
                 };
                 c(Verdict::Retry(RetryReason::Unavailable), health)
             }
-            StatusCode::TOO_MANY_REQUESTS => c(Verdict::Answer, HealthEffect::Refused),
+            StatusCode::TOO_MANY_REQUESTS => c(Verdict::Retry(RetryReason::Overloaded), HealthEffect::Refused),
             s if s.is_server_error() => c(Verdict::Answer, HealthEffect::Failure),
-            _ => c(Verdict::Answer, HealthEffect::Success { rtt: *rtt }),
+            _ => c(Verdict::Answer, HealthEffect::Success { rtt: Some(*rtt) }),
         },
         (Call::Probe, Outcome::Answered { status: StatusCode::OK, .. }) => c(Verdict::Answer, HealthEffect::Ready),
-        (Call::Probe | Call::Stats, Outcome::Answered { .. } | Outcome::TimedOut) => {
-            c(Verdict::Answer, HealthEffect::None)
-        }
+        (Call::Probe | Call::Stats, Outcome::Answered { .. }) => c(Verdict::Answer, HealthEffect::Responsive),
+        (Call::Probe | Call::Stats, Outcome::TimedOut { .. }) => c(Verdict::Answer, HealthEffect::Unresponsive),
         (Call::Probe | Call::Stats, Outcome::Failed(_)) => c(Verdict::Answer, HealthEffect::Unreachable),
     }
 }
@@ -162,23 +192,28 @@ mod tests {
         Outcome::Answered { status: StatusCode::from_u16(code).unwrap(), error_type, rtt: Duration::from_millis(7) }
     }
 
+    fn slow(whole_request: bool) -> Outcome<'static> {
+        Outcome::TimedOut { waited: Duration::from_secs(2), whole_request }
+    }
+
     #[test]
     fn predict_outcomes() {
         let connect = upstream::Error::Connect("refused".into());
         let dropped = upstream::Error::Exchange("reset".into());
-        let success = HealthEffect::Success { rtt: Duration::from_millis(7) };
+        let success = HealthEffect::Success { rtt: Some(Duration::from_millis(7)) };
         let retry = |r| Verdict::Retry(r);
         let cases = [
             (answered(200, None), Verdict::Answer, success),
             (answered(400, Some(ErrorType::InvalidRequest)), Verdict::Answer, success),
-            (answered(429, Some(ErrorType::Overloaded)), Verdict::Answer, HealthEffect::Refused),
+            (answered(429, Some(ErrorType::Overloaded)), retry(RetryReason::Overloaded), HealthEffect::Refused),
             (answered(500, Some(ErrorType::Internal)), Verdict::Answer, HealthEffect::Failure),
             (answered(502, None), Verdict::Answer, HealthEffect::Failure),
             (answered(503, Some(ErrorType::Unavailable)), retry(RetryReason::Unavailable), HealthEffect::Draining),
             (answered(503, None), retry(RetryReason::Unavailable), HealthEffect::None),
             (Outcome::Failed(&connect), retry(RetryReason::Connect), HealthEffect::Failure),
             (Outcome::Failed(&dropped), retry(RetryReason::Dropped), HealthEffect::Failure),
-            (Outcome::TimedOut, Verdict::Timeout, HealthEffect::Failure),
+            (slow(false), retry(RetryReason::Slow), HealthEffect::Slow { waited: Duration::from_secs(2) }),
+            (slow(true), Verdict::Timeout, HealthEffect::Slow { waited: Duration::from_secs(2) }),
         ];
         for (i, (outcome, verdict, health)) in cases.iter().enumerate() {
             assert_eq!(classify(Call::Predict, outcome), Classified { verdict: *verdict, health: *health }, "case {i}");
@@ -186,14 +221,23 @@ mod tests {
     }
 
     #[test]
-    fn monitor_outcomes_never_penalise_a_slow_worker() {
+    fn monitor_outcomes() {
         let refused = upstream::Error::Connect("refused".into());
         assert_eq!(classify(Call::Probe, &answered(200, None)).health, HealthEffect::Ready);
-        assert_eq!(classify(Call::Probe, &answered(503, Some(ErrorType::Unavailable))).health, HealthEffect::None);
-        assert_eq!(classify(Call::Stats, &answered(200, None)).health, HealthEffect::None);
+        let busy = classify(Call::Probe, &answered(503, Some(ErrorType::Unavailable))).health;
+        assert_eq!(busy, HealthEffect::Responsive);
+        assert_eq!(classify(Call::Stats, &answered(200, None)).health, HealthEffect::Responsive);
         for call in [Call::Probe, Call::Stats] {
-            assert_eq!(classify(call, &Outcome::TimedOut).health, HealthEffect::None, "{call:?}");
+            assert_eq!(classify(call, &slow(false)).health, HealthEffect::Unresponsive, "{call:?}");
             assert_eq!(classify(call, &Outcome::Failed(&refused)).health, HealthEffect::Unreachable, "{call:?}");
+        }
+    }
+
+    #[test]
+    fn slow_is_never_a_failure() {
+        for whole_request in [false, true] {
+            let h = classify(Call::Predict, &slow(whole_request)).health;
+            assert!(matches!(h, HealthEffect::Slow { .. }), "{h:?}");
         }
     }
 

@@ -92,8 +92,11 @@ mod tests {
                 let e = Endpoint::new(
                     "p",
                     &format!("http://127.0.0.1:{}", 1000 + i),
-                    Duration::from_millis(30),
-                    Duration::from_secs(10),
+                    crate::pool::Rtt {
+                        default: Duration::from_millis(30),
+                        decay: Duration::from_secs(10),
+                        cap: Duration::from_secs(10),
+                    },
                     4,
                     Arc::default(),
                     &Metrics::default(),

@@ -7,4 +7,4 @@ mod balance;
 mod proxy;
 mod retry;
 
-pub(crate) use proxy::{Incoming, forward};
+pub(crate) use proxy::{Cost, Incoming, forward};

@@ -7,15 +7,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use http::{HeaderValue, Method};
+use std::time::Duration;
+
+use http::{HeaderValue, Method, StatusCode};
 use tokio::time::Instant;
 use wire::ErrorType;
 
 use super::balance;
-use super::retry::Budget;
+use super::retry::{AttemptTimeout, Budget};
 use crate::error::RequestError;
 use crate::metrics::{RequestLabels, RetryLabels};
-use crate::pool::outcome::{self, Call, HealthEffect, Outcome, Verdict};
+use crate::pool::outcome::{self, Call, HealthEffect, Outcome, RetryReason, Verdict};
 use crate::pool::{Change, Endpoint, Pool};
 use crate::upstream::{Answer, Outgoing};
 
@@ -33,15 +35,29 @@ pub(crate) struct Incoming<'a> {
     /// Makes the request's log span (its ids), to enter where something is logged about it.
     pub(crate) span: &'a (dyn Fn() -> tracing::Span + Sync),
     pub(crate) body: Bytes,
+    /// What it costs, as estimated at admission.
+    pub(crate) cost: Cost,
 }
+
+/// A request's estimated cost: tokens, and whether that makes it heavy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Cost {
+    pub(crate) tokens: u64,
+    pub(crate) heavy: bool,
+    /// Its per-attempt timeout's scale: tokens over `--heavy-request-tokens`, at least 1.
+    pub(crate) scale: f64,
+}
+
+/// What the client gets if the request is not retried.
+type Fallback = Result<(Answer, Option<ErrorType>), RequestError>;
 
 /// How one attempt ended, for the request.
 enum Attempt {
     /// The worker's answer goes to the client; `error_type` from its error body, if any.
     Answer(Answer, Option<ErrorType>),
-    /// May go to another worker; `error` is the client's answer if it cannot.
+    /// May go to another worker; `fallback` is the client's answer if it cannot.
     Retry {
-        error: RequestError,
+        fallback: Fallback,
         reason: outcome::RetryReason,
     },
     Timeout,
@@ -54,14 +70,15 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
     let ctx = Arc::clone(pool.ctx());
     let cfg = &ctx.config;
     let mut budget = Budget::new(start, cfg.request_timeout);
+    let policy = AttemptTimeout { factor: cfg.attempt_timeout_factor, min: cfg.attempt_timeout_min };
     let mut wait = cfg.no_worker_wait;
-    let mut tried: Option<(Arc<Endpoint>, RequestError, outcome::RetryReason)> = None;
+    let mut tried: Option<(Arc<Endpoint>, Fallback, outcome::RetryReason)> = None;
 
     let (worker, result) = loop {
         let exclude = tried.as_ref().map(|(ep, ..)| ep);
         let Some(ep) = balance::acquire(pool, exclude, wait).await else {
             break match tried {
-                Some((ep, error, _)) => (Some(ep), Err(error)),
+                Some((ep, fallback, _)) => (Some(ep), fallback),
                 None => {
                     (None, Err(RequestError::NoWorker { pool: pool.name.clone(), retry_after_s: cfg.retry_after_s }))
                 }
@@ -77,15 +94,22 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
                 tracing::debug!(pool = %pool.name, from = %first.url, to = %ep.url, reason = reason.as_str(), "retrying");
             }
         }
-        match attempt(pool, &ep, req, budget.attempt_deadline()).await {
+        let another_ready = pool.endpoints().iter().any(|e| e.is_ready() && !Arc::ptr_eq(e, &ep));
+        let deadline =
+            budget.attempt_deadline(Instant::now(), ep.rtt_estimate_s(), policy, req.cost.scale, another_ready);
+        match attempt(pool, &ep, req, deadline).await {
             Attempt::Answer(a, error_type) => break (Some(ep), Ok((a, error_type))),
             Attempt::Timeout => break (Some(ep), Err(RequestError::Timeout)),
-            Attempt::Retry { error, reason } => {
+            Attempt::Retry { fallback, reason } => {
                 if !budget.take_retry() {
-                    break (Some(ep), Err(error));
+                    break (Some(ep), fallback);
                 }
-                wait = budget.worker_wait(Instant::now(), cfg.no_worker_wait);
-                tried = Some((ep, error, reason));
+                wait = match reason {
+                    // All saturated: the client hears it at once, not after a wait.
+                    outcome::RetryReason::Overloaded => Duration::ZERO,
+                    _ => budget.worker_wait(Instant::now(), cfg.no_worker_wait),
+                };
+                tried = Some((ep, fallback, reason));
             }
         }
     };
@@ -106,11 +130,19 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
             ctx.metrics.latency.get_or_create(&labels).observe(elapsed);
         }
     }
-    result.map(|(a, _)| a)
+    result.map(|(mut a, _)| {
+        // Overload is always answered with a Retry-After, the worker's or the gateway's.
+        let refused = matches!(a.status, StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE);
+        if refused && a.retry_after.is_none() {
+            a.retry_after = Some(HeaderValue::from(cfg.retry_after_s));
+        }
+        a
+    })
 }
 
-/// One attempt on one worker, classified by the outcome policy, its health effect applied.
-async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: Instant) -> Attempt {
+/// One attempt on one worker until `deadline` (`.1`: the request's own), classified by the
+/// outcome policy, its health effect applied.
+async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: (Instant, bool)) -> Attempt {
     let ctx = pool.ctx();
     let _in_flight = ep.start();
     let out = Outgoing {
@@ -121,7 +153,7 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
         body: &req.body,
     };
     let sent = Instant::now();
-    let result = tokio::time::timeout_at(deadline, outcome::send(&ep.upstream, out, MAX_RESPONSE_BYTES)).await;
+    let result = tokio::time::timeout_at(deadline.0, outcome::send(&ep.upstream, out, MAX_RESPONSE_BYTES)).await;
     let error_type = match &result {
         Ok(Ok(a)) if !a.status.is_success() => {
             serde_json::from_slice::<wire::ErrorBody>(&a.body).ok().map(|b| b.error_type)
@@ -131,28 +163,41 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
     let o = match &result {
         Ok(Ok(a)) => Outcome::Answered { status: a.status, error_type, rtt: sent.elapsed() },
         Ok(Err(e)) => Outcome::Failed(e),
-        Err(_) => Outcome::TimedOut,
+        Err(_) => Outcome::TimedOut { waited: sent.elapsed(), whole_request: deadline.1 },
     };
     let classified = outcome::classify(Call::Predict, &o);
     let why: &dyn std::fmt::Display = match &o {
         Outcome::Failed(e) => e,
-        Outcome::TimedOut => &"timeout",
+        Outcome::TimedOut { .. } => &"timeout",
         Outcome::Answered { .. } => &"server error",
     };
+    // A heavy request's time says nothing of how fast the worker answers light ones (it runs
+    // them in a lane of their own): it is not a latency sample.
+    let health = match classified.health {
+        HealthEffect::Success { .. } if req.cost.heavy => HealthEffect::Success { rtt: None },
+        HealthEffect::Slow { .. } if req.cost.heavy => HealthEffect::None,
+        h => h,
+    };
     // What may be logged (an ejection, a draining worker) is logged in the request's span.
-    let span =
-        matches!(classified.health, HealthEffect::Failure | HealthEffect::Draining).then(|| (req.span)().entered());
-    if ep.apply(classified.health, ctx, why) == Change::Drained {
+    let span = matches!(health, HealthEffect::Failure | HealthEffect::Draining).then(|| (req.span)().entered());
+    if ep.apply(health, ctx, why) == Change::Drained {
         tracing::info!(pool = %ep.pool, worker = %ep.url, "worker draining");
     }
     drop(span);
     match (classified.verdict, result) {
         (Verdict::Answer, Ok(Ok(a))) => Attempt::Answer(a, error_type),
         (Verdict::Retry(reason), Ok(Err(e))) => {
-            Attempt::Retry { error: RequestError::Upstream(format!("{}: {e}", ep.url)), reason }
+            Attempt::Retry { fallback: Err(RequestError::Upstream(format!("{}: {e}", ep.url))), reason }
+        }
+        // A 429: passed through if it cannot go elsewhere.
+        (Verdict::Retry(reason @ RetryReason::Overloaded), Ok(Ok(a))) => {
+            Attempt::Retry { fallback: Ok((a, error_type)), reason }
+        }
+        (Verdict::Retry(reason @ RetryReason::Slow), _) => {
+            Attempt::Retry { fallback: Err(RequestError::Timeout), reason }
         }
         (Verdict::Retry(reason), _) => Attempt::Retry {
-            error: RequestError::Draining { pool: ep.pool.clone(), retry_after_s: ctx.config.retry_after_s },
+            fallback: Err(RequestError::Draining { pool: ep.pool.clone(), retry_after_s: ctx.config.retry_after_s }),
             reason,
         },
         // `Answer` comes with an answer; what is left is the deadline.

@@ -137,3 +137,163 @@ pub(super) fn content_length_value(value: &[u8]) -> Option<u64> {
     }
     length
 }
+
+#[cfg(test)]
+mod proptests {
+    //! The answer head parser on arbitrary bytes and on mutated valid answers: it never panics,
+    //! never claims more bytes than it was given, and a valid answer round-trips. Cases:
+    //! `PROPTEST_CASES` (default 2,000 per property).
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn config() -> ProptestConfig {
+        ProptestConfig::with_cases(std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(2_000))
+    }
+
+    /// A valid answer: its bytes, the length of its head, and what the parser must find.
+    #[derive(Debug, Clone)]
+    struct Valid {
+        bytes: Vec<u8>,
+        head_len: usize,
+        status: u16,
+        content_type: Option<String>,
+        retry_after: Option<String>,
+        body_len: usize,
+        close: bool,
+    }
+
+    fn valid() -> impl Strategy<Value = Valid> {
+        let status = prop_oneof![Just(200u16), Just(204), Just(400), Just(429), Just(500), Just(503), 200u16..600];
+        let token = "[a-zA-Z0-9/+.;=_-]{1,40}";
+        (
+            status,
+            proptest::option::of(token),
+            proptest::option::of("[0-9]{1,6}"),
+            proptest::collection::vec(any::<u8>(), 0..300),
+            any::<bool>(),
+            any::<bool>(),
+            proptest::collection::vec(("x-[a-z]{1,10}", "[ -~]{0,30}"), 0..4),
+        )
+            .prop_map(|(status, content_type, retry_after, mut body, close, upper, extra)| {
+                let mut head = format!("HTTP/1.1 {status} Whatever\r\n");
+                let name = |n: &str| if upper { n.to_ascii_uppercase() } else { n.to_owned() };
+                if let Some(ct) = &content_type {
+                    head += &format!("{}: {ct}\r\n", name("content-type"));
+                }
+                for (k, v) in &extra {
+                    head += &format!("{k}: {}\r\n", v.trim());
+                }
+                if let Some(ra) = &retry_after {
+                    head += &format!("{}:{ra}\r\n", name("retry-after"));
+                }
+                if close {
+                    head += "connection: close\r\n";
+                }
+                if status == 204 {
+                    body.clear();
+                }
+                head += &format!("{}: {}\r\n\r\n", name("content-length"), body.len());
+                let head_len = head.len();
+                let mut bytes = head.into_bytes();
+                bytes.extend_from_slice(&body);
+                Valid { bytes, head_len, status, content_type, retry_after, body_len: body.len(), close }
+            })
+    }
+
+    #[derive(Debug, Clone)]
+    enum Mutation {
+        Flip(usize, u8),
+        Insert(usize, u8),
+        Remove(usize),
+        Truncate(usize),
+    }
+
+    fn mutation() -> impl Strategy<Value = Mutation> {
+        prop_oneof![
+            (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Flip(i, b)),
+            (any::<usize>(), prop_oneof![any::<u8>(), Just(b'\r'), Just(b'\n'), Just(b':'), Just(b' ')])
+                .prop_map(|(i, b)| Mutation::Insert(i, b)),
+            any::<usize>().prop_map(Mutation::Remove),
+            any::<usize>().prop_map(Mutation::Truncate),
+        ]
+    }
+
+    fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
+        let n = bytes.len().max(1);
+        match *m {
+            Mutation::Flip(i, b) if !bytes.is_empty() => bytes[i % n] ^= b | 1,
+            Mutation::Insert(i, b) => bytes.insert(i % (bytes.len() + 1), b),
+            Mutation::Remove(i) if !bytes.is_empty() => {
+                bytes.remove(i % n);
+            }
+            Mutation::Truncate(i) => bytes.truncate(i % (bytes.len() + 1)),
+            _ => {}
+        }
+    }
+
+    /// Whatever `parse_head` says of `buf`, it must be consistent with it.
+    fn check(buf: &[u8], method: &Method) -> Result<(), TestCaseError> {
+        if let Ok(Some((len, head))) = parse_head(buf, method) {
+            prop_assert!(len > 0 && len <= buf.len(), "claimed {len} of {} bytes", buf.len());
+            if let Some(h) = head {
+                prop_assert!(!h.status.is_informational());
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            buf in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..600),
+                "HTTP/1\\.[01] [0-9]{1,4} [ -~]{0,20}\r\n([ -~]{0,40}\r\n){0,6}(\r\n)?".prop_map(String::into_bytes),
+            ],
+            head in any::<bool>(),
+        ) {
+            check(&buf, if head { &Method::HEAD } else { &Method::POST })?;
+        }
+
+        #[test]
+        fn a_valid_answer_round_trips(v in valid()) {
+            let (len, head) = parse_head(&v.bytes, &Method::POST)
+                .map_err(TestCaseError::fail)?
+                .ok_or_else(|| TestCaseError::fail("a complete head reported incomplete"))?;
+            let head = head.ok_or_else(|| TestCaseError::fail("not interim"))?;
+            prop_assert_eq!(len, v.head_len);
+            prop_assert_eq!(head.status.as_u16(), v.status);
+            prop_assert_eq!(head.content_type.map(|c| c.to_str().unwrap().to_owned()), v.content_type.clone());
+            prop_assert_eq!(head.retry_after.map(|c| c.to_str().unwrap().to_owned()), v.retry_after.clone());
+            prop_assert_eq!(head.keep_alive, !v.close);
+            match head.framing {
+                Framing::Empty => prop_assert!(v.status == 204 || v.status == 304),
+                Framing::Length(n) => prop_assert_eq!(n, v.body_len as u64),
+                _ => prop_assert!(false, "framing"),
+            }
+            // Every proper prefix of the head is incomplete, never an error or an answer.
+            for cut in [0, 1, v.head_len / 2, v.head_len - 1] {
+                prop_assert!(matches!(parse_head(&v.bytes[..cut], &Method::POST), Ok(None)), "prefix {cut}");
+            }
+        }
+
+        #[test]
+        fn mutated_answers_never_panic(v in valid(), ms in proptest::collection::vec(mutation(), 1..6)) {
+            let mut bytes = v.bytes.clone();
+            for m in &ms {
+                apply(&mut bytes, m);
+            }
+            check(&bytes, &Method::POST)?;
+            check(&bytes, &Method::GET)?;
+        }
+
+        #[test]
+        fn content_length_values_never_panic(value in "[0-9, ]{0,30}|[ -~]{0,30}") {
+            if let Some(n) = content_length_value(value.as_bytes()) {
+                prop_assert!(value.contains(&n.to_string()));
+            }
+        }
+    }
+}

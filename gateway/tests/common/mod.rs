@@ -27,6 +27,9 @@ pub enum Mode {
     Overloaded = 2,
     /// Close the connection without answering.
     Drop = 3,
+    /// Answer nothing (predict, readiness, stats) until the mode changes, as a stopped process
+    /// (SIGSTOP): connections are accepted, requests read, no byte comes back.
+    Stall = 4,
 }
 
 pub struct FakeWorker {
@@ -41,6 +44,8 @@ pub struct FakeState {
     pub name: String,
     mode: AtomicU8,
     pub delay_ms: AtomicU64,
+    /// Added to the delay of a `/predict` whose body is over 1 KiB (a heavy request).
+    pub heavy_delay_ms: AtomicU64,
     /// `queued + in_flight` reported in /v1/stats; `u64::MAX` = no /v1/stats (404).
     pub reported_queue: AtomicU64,
     /// GPU utilization reported (percent); `u64::MAX` = unavailable.
@@ -63,6 +68,7 @@ impl FakeState {
             1 => Mode::Draining,
             2 => Mode::Overloaded,
             3 => Mode::Drop,
+            4 => Mode::Stall,
             _ => Mode::Ok,
         }
     }
@@ -76,6 +82,7 @@ impl FakeWorker {
             name: name.to_owned(),
             mode: AtomicU8::new(0),
             delay_ms: AtomicU64::new(0),
+            heavy_delay_ms: AtomicU64::new(0),
             reported_queue: AtomicU64::new(0),
             gpu_pct: AtomicU64::new(u64::MAX),
             schema_version: AtomicU64::new(1),
@@ -151,6 +158,12 @@ fn json(status: StatusCode, v: serde_json::Value) -> Response<Full<Bytes>> {
 
 async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Dropped> {
     let path = req.uri().path().to_owned();
+    if path == "/predict" {
+        st.arrivals.fetch_add(1, Ordering::SeqCst);
+    }
+    while st.mode() == Mode::Stall {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let mode = st.mode();
     match path.as_str() {
         "/readyz" if mode == Mode::Draining => Ok(json(
@@ -177,16 +190,18 @@ async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Resu
             Ok(json(StatusCode::OK, doc))
         }
         "/predict" => {
-            st.arrivals.fetch_add(1, Ordering::SeqCst);
             let header = |name: &str| req.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
             st.ids.lock().unwrap().push((header("x-request-id"), header("traceparent")));
             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-            let delay = st.delay_ms.load(Ordering::SeqCst);
+            let mut delay = st.delay_ms.load(Ordering::SeqCst);
+            if body.len() > 1024 {
+                delay += st.heavy_delay_ms.load(Ordering::SeqCst);
+            }
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
             match st.mode() {
-                Mode::Ok => {
+                Mode::Ok | Mode::Stall => {
                     st.predicts.fetch_add(1, Ordering::SeqCst);
                     let echo = String::from_utf8_lossy(&body).into_owned();
                     Ok(json(StatusCode::OK, serde_json::json!({"intent": st.name, "score": 1.0, "echo": echo})))

@@ -1,0 +1,106 @@
+//! What a request will cost a worker, estimated from what the gateway has in hand (the query
+//! string or the body), as the worker bounds it before tokenizing (`worker/src/core`,
+//! `token_bound`): each query costs its visible characters plus two special tokens, at most
+//! `--max-query-tokens`; a request costs the sum over its queries. Every token takes at least
+//! one visible character, so this is never below the tokenizer's count.
+//!
+//! Cheap on the hot path: a query string or body shorter than `--heavy-request-tokens` cannot
+//! be heavy and is charged by its length, without parsing; only longer ones are parsed (the
+//! query string decoded, the body's `query` or `queries` read as JSON). A body that is not a
+//! valid request costs one query's maximum: the worker refuses it at once.
+
+use std::borrow::Cow;
+
+use crate::config::Config;
+use crate::routing::Cost;
+
+/// The JSON fields of a `POST /predict` body that decide its cost.
+#[derive(serde::Deserialize)]
+struct Body<'a> {
+    #[serde(borrow, default)]
+    query: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    queries: Option<Vec<Cow<'a, str>>>,
+}
+
+/// One query's tokens at most (the worker's bound).
+fn query_tokens(q: &str, max_query_tokens: u64) -> u64 {
+    let visible = q.chars().filter(|c| !c.is_whitespace()).count() as u64;
+    visible.saturating_add(2).min(max_query_tokens)
+}
+
+/// The estimated cost of a request with query string `query` (still encoded) and `body`.
+pub(crate) fn estimate(cfg: &Config, query: Option<&str>, body: &[u8]) -> Cost {
+    let tokens = if body.is_empty() { from_query(cfg, query.unwrap_or("")) } else { from_body(cfg, body) };
+    let heavy = tokens > cfg.heavy_request_tokens;
+    let scale = if heavy { tokens as f64 / cfg.heavy_request_tokens.max(1) as f64 } else { 1.0 };
+    Cost { tokens: tokens.max(1), heavy, scale }
+}
+
+fn from_query(cfg: &Config, raw: &str) -> u64 {
+    let short = (raw.len() as u64).saturating_add(2);
+    if short <= cfg.heavy_request_tokens {
+        return short.min(cfg.max_query_tokens);
+    }
+    // One `query` parameter: one query. Decoded as a form value (`+` is a space).
+    let value = raw.split('&').find_map(|kv| kv.strip_prefix("query=")).unwrap_or("");
+    let spaced = value.replace('+', " ");
+    let decoded = percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy();
+    query_tokens(&decoded, cfg.max_query_tokens)
+}
+
+fn from_body(cfg: &Config, body: &[u8]) -> u64 {
+    let short = (body.len() as u64).saturating_add(2);
+    if short <= cfg.heavy_request_tokens {
+        return short.min(cfg.max_query_tokens);
+    }
+    match serde_json::from_slice::<Body<'_>>(body) {
+        Ok(Body { queries: Some(qs), .. }) => {
+            qs.iter().map(|q| query_tokens(q, cfg.max_query_tokens)).fold(0u64, u64::saturating_add)
+        }
+        Ok(Body { query: Some(q), .. }) => query_tokens(&q, cfg.max_query_tokens),
+        _ => cfg.max_query_tokens,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn light_and_heavy_requests() {
+        let cfg = Config::for_tests();
+        let c = estimate(&cfg, Some("query=play%20jazz"), b"");
+        assert!(!c.heavy && c.tokens <= 20, "{c:?}");
+        let c = estimate(&cfg, None, br#"{"query":"play some jazz"}"#);
+        assert!(!c.heavy && c.scale == 1.0, "{c:?}");
+        // The issue's heavy request: 64 queries of maximum length.
+        let long = "supercalifragilistic ".repeat(100);
+        let body = serde_json::json!({ "queries": vec![long.clone(); 64] }).to_string();
+        let c = estimate(&cfg, None, body.as_bytes());
+        assert_eq!(c.tokens, 64 * 128, "each query at most --max-query-tokens");
+        assert!(c.heavy);
+        assert_eq!(c.scale, 32.0);
+        // A batch of short queries costs its number of queries and their length.
+        let body = serde_json::json!({ "queries": vec!["play jazz"; 40] }).to_string();
+        let c = estimate(&cfg, None, body.as_bytes());
+        assert_eq!(c.tokens, 40 * 10);
+        assert!(c.heavy);
+        // One long query in the query string: at most one query's maximum.
+        let q = format!("query={}", "a+".repeat(300));
+        assert_eq!(estimate(&cfg, Some(&q), b"").tokens, 128);
+        assert!(estimate(&cfg, Some(&q), b"").tokens <= cfg.heavy_request_tokens);
+        // Not a request: one query's worth.
+        assert_eq!(estimate(&cfg, None, &[b'x'; 4000]).tokens, 128);
+    }
+
+    #[test]
+    fn the_estimate_is_never_below_the_workers_bound() {
+        let cfg = Config::for_tests();
+        for q in ["Music", "play some jazz music", "ÉTÉ à Zürich, 北京", "a b c d e f g"] {
+            let body = serde_json::json!({ "query": q }).to_string();
+            let bound = query_tokens(q, cfg.max_query_tokens);
+            assert!(estimate(&cfg, None, body.as_bytes()).tokens >= bound, "{q}");
+        }
+    }
+}
