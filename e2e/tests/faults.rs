@@ -332,12 +332,22 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
         for _ in 0..n {
             let (url, big_body, few_at_a_time) = (url.to_owned(), big_body.clone(), few_at_a_time.clone());
             conns.push(tokio::spawn(async move {
+                // Idle keep-alive connections make their request a few at a time (from the
+                // connection's opening: the header timeout runs from there), so that they do not
+                // crowd the light client out of the admission bound.
+                let permit = match kind {
+                    Kind::IdleKeepAlive => Some(few_at_a_time.acquire_owned().await.unwrap()),
+                    _ => None,
+                };
+                // Every clock starts before the server's can (before the connect, the head, the
+                // request): a close measured here is never early by the test's own delays.
+                let since = Instant::now();
                 let mut s = connect(&url).await;
                 let closed = match kind {
-                    Kind::Silent => hold_until_closed(s, Instant::now(), b"", Duration::from_millis(100), limit).await,
+                    Kind::Silent => hold_until_closed(s, since, b"", Duration::from_millis(100), limit).await,
                     Kind::SlowHead => {
                         let head = b"GET /predict?query=jazz HTTP/1.1\r\nhost: x\r\nuser-agent: slow\r\n\r\n";
-                        hold_until_closed(s, Instant::now(), head, Duration::from_millis(100), limit).await
+                        hold_until_closed(s, since, head, Duration::from_millis(100), limit).await
                     }
                     Kind::SlowBody | Kind::StalledBody => {
                         let len = if kind == Kind::SlowBody { 64 } else { max_body };
@@ -345,7 +355,6 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
                             "POST /predict HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len}\r\n\r\n"
                         );
                         s.write_all(head.as_bytes()).await.expect("head");
-                        let since = Instant::now();
                         if kind == Kind::SlowBody {
                             hold_until_closed(s, since, &[b' '; 63], Duration::from_millis(200), limit).await
                         } else {
@@ -367,9 +376,6 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
                         }
                     }
                     Kind::IdleKeepAlive => {
-                        // A few at a time, so that they do not crowd the light client out of
-                        // the admission bound.
-                        let permit = few_at_a_time.acquire().await.unwrap();
                         s.write_all(format!("GET {LIGHT_QUERY} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
                             .await
                             .expect("request");
@@ -377,7 +383,7 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
                         let a = read_answer(&mut s, &mut pending).await.expect("an answer");
                         assert_eq!(a.status, 200);
                         drop(permit);
-                        hold_until_closed(s, Instant::now(), b"", Duration::from_millis(100), limit).await
+                        hold_until_closed(s, since, b"", Duration::from_millis(100), limit).await
                     }
                 };
                 (kind, closed)
