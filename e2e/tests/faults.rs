@@ -262,7 +262,7 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
 const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How late a close may come after its timeout (two cores, debug builds, hundreds of sockets).
-const CLOSE_MARGIN: Duration = Duration::from_millis(1500);
+const CLOSE_MARGIN: Duration = Duration::from_secs(2);
 /// How early: a close well before the timeout is some other limit at work.
 const CLOSE_EARLY: Duration = Duration::from_millis(200);
 /// The listener flags both servers run with here.
@@ -588,10 +588,23 @@ async fn light_rate(c: &reqwest::Client, url: &str, clients: usize, window: Dura
     rate
 }
 
+/// Heavy queries running in `workers` now (their `/v1/stats`).
+async fn heavy_running(c: &reqwest::Client, workers: &[Server]) -> u64 {
+    let mut running = 0;
+    for w in workers {
+        running += get(c, &w.at("/v1/stats")).await.body["queue"]["heavy_queries"].as_u64().unwrap_or(0);
+    }
+    running
+}
+
 /// Eight clients posting 64 maximum-length queries per request (seconds of CPU each) through
 /// the gateway beside four light clients: the light ones keep at least half the throughput
 /// they had alone, and no worker is ejected (slow is not failed). Heavy clients get answers,
 /// 429 with `Retry-After` (and wait it, as clients should), or a JSON 503/504: never a 500.
+///
+/// The light clients' throughput alone is measured before and after the heavy clients run, and
+/// the mean is the reference: on a shared machine the background load drifts, and a drift
+/// between one reference and the measurement would read as the servers' doing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heavy_requests_leave_light_ones_half_their_throughput_and_eject_no_one() {
     let _serial = SERIAL.lock().await;
@@ -603,7 +616,7 @@ async fn heavy_requests_leave_light_ones_half_their_throughput_and_eject_no_one(
     }
     let light_url = gw.at(LIGHT_QUERY);
     light_rate(&c, &light_url, 4, Duration::from_millis(500)).await; // warm-up
-    let alone = light_rate(&c, &light_url, 4, Duration::from_secs(3)).await;
+    let alone_before = light_rate(&c, &light_url, 4, Duration::from_secs(3)).await;
 
     let statuses = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let body = heavy_body();
@@ -634,18 +647,31 @@ async fn heavy_requests_leave_light_ones_half_their_throughput_and_eject_no_one(
         })
         .collect();
     testkit::wait_until(Duration::from_secs(20), "heavy requests are running in a worker", || async {
-        let mut running = 0;
-        for w in &workers {
-            running += get(&c, &w.at("/v1/stats")).await.body["queue"]["heavy_queries"].as_u64().unwrap_or(0);
-        }
-        running > 0
+        heavy_running(&c, &workers).await > 0
     })
     .await;
+    // Whether heavy queries were running, sampled through the measurement.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (c, sampling, urls) =
+            (c.clone(), sampling.clone(), workers.iter().map(|w| w.at("/v1/stats")).collect::<Vec<_>>());
+        tokio::spawn(async move {
+            let (mut samples, mut busy) = (0u32, 0u32);
+            while sampling.load(Ordering::SeqCst) {
+                let mut running = 0;
+                for url in &urls {
+                    running += get(&c, url).await.body["queue"]["heavy_queries"].as_u64().unwrap_or(0);
+                }
+                samples += 1;
+                busy += u32::from(running > 0);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            (busy, samples)
+        })
+    };
     let beside = light_rate(&c, &light_url, 4, Duration::from_secs(4)).await;
-    let mut heavy_running = 0;
-    for w in &workers {
-        heavy_running += get(&c, &w.at("/v1/stats")).await.body["queue"]["heavy_queries"].as_u64().unwrap_or(0);
-    }
+    sampling.store(false, Ordering::SeqCst);
+    let (busy, samples) = sampler.await.unwrap();
     for h in heavy {
         h.abort();
     }
@@ -653,12 +679,20 @@ async fn heavy_requests_leave_light_ones_half_their_throughput_and_eject_no_one(
     let ejections = metric_sum(&text, "gateway_ejections_total", &[]);
     let view = workers_view(&c, &admin).await;
     let statuses = statuses.lock().unwrap().clone();
+    // Abandoned requests are dropped by the gateway and then by the workers.
+    testkit::wait_until(Duration::from_secs(15), "the heavy queries are gone", || async {
+        heavy_running(&c, &workers).await == 0
+    })
+    .await;
+    let alone_after = light_rate(&c, &light_url, 4, Duration::from_secs(3)).await;
+    let alone = (alone_before + alone_after) / 2.0;
     eprintln!(
-        "light req/s alone {alone:.1}, beside heavy {beside:.1} ({:.0} %); heavy answers {statuses:?}; \
-         ejections {ejections}; heavy queries running at the end {heavy_running}",
+        "light req/s alone {alone_before:.1} before, {alone_after:.1} after; beside heavy {beside:.1} ({:.0} % of \
+         the mean); heavy queries running in {busy} of {samples} samples; heavy answers {statuses:?}; ejections \
+         {ejections}",
         100.0 * beside / alone
     );
-    assert!(heavy_running > 0, "the heavy requests were no longer running at the end");
+    assert!(busy * 4 >= samples * 3, "heavy queries ran in only {busy} of {samples} samples of the measurement");
     assert!(beside >= 0.5 * alone, "light throughput {beside:.1} req/s beside heavy requests, {alone:.1} alone");
     assert_eq!(ejections, 0.0, "a worker that answers, however slowly, is not ejected");
     for (url, w) in &view {
