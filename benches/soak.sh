@@ -67,6 +67,9 @@ if [ -z "${BIN_DIR:-}" ]; then
 fi
 
 . scripts/lib/start.sh
+# start_listening reads PREFIX.stdout at once, maybe before the background process has created
+# it (a failed `sed` under `set -e -o pipefail`): create it first.
+start() { : >"$1.stdout"; start_listening "$@"; }
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -87,7 +90,7 @@ declare -A url_of
 start_worker() { # slot
   local slot=$1 n=${2:-0}
   # shellcheck disable=SC2086
-  start_listening "$run_dir/worker$slot-$n" "$BIN_DIR/worker" --listen 127.0.0.1:0 --threads "$THREADS" $WORKER_ARGS
+  start "$run_dir/worker$slot-$n" "$BIN_DIR/worker" --listen 127.0.0.1:0 --threads "$THREADS" $WORKER_ARGS
   url_of[$slot]=$started_url
   pid_of[worker$slot]=$started_pid
 }
@@ -101,7 +104,7 @@ write_worker_file() {
 for ((i = 0; i < WORKERS; i++)); do start_worker "$i"; done
 write_worker_file
 # shellcheck disable=SC2086
-start_listening "$run_dir/gateway" "$BIN_DIR/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+start "$run_dir/gateway" "$BIN_DIR/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --worker-file "$run_dir/workers" --worker-file-interval 1s $GATEWAY_ARGS
 gw=$started_url
 pid_of[gateway]=$started_pid
