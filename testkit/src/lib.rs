@@ -7,9 +7,12 @@
 //! - [`bin`], [`Server`]: built binaries of the workspace, started and waited for until they
 //!   print `listening on http://ADDR`;
 //! - [`http`]: a small client whose answers are status, headers and JSON;
-//! - [`wait_until`]: poll a condition with a bounded timeout.
+//! - [`wait_until`]: poll a condition with a bounded timeout;
+//! - [`fault`]: for fault-injection tests: signals, resident memory, metric samples, raw
+//!   sockets that trickle or stall, the servers' start commands.
 #![forbid(unsafe_code)]
 
+pub mod fault;
 pub mod http;
 mod paths;
 mod server;
