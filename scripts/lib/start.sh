@@ -9,6 +9,7 @@
 # script exits with CMD's stderr.
 start_listening() {
   local prefix=$1; shift
+  : >"$prefix.stdout"   # exists before the loop reads it (the background redirection may come later)
   "$@" >"$prefix.stdout" 2>"$prefix.stderr" &
   started_pid=$!
   pids+=("$started_pid")

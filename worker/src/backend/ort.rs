@@ -154,6 +154,16 @@ impl OrtBackend {
                 ))
             })?;
         }
+        if options.io_binding && matches!(options.device, Device::Cuda(_)) {
+            // Measured on an H100 (benches/RESULTS.md): ONNX Runtime 1.31.1 fails the first bound
+            // run with `GPUDataTransfer::CopyTensorAsync dst_data != src_data` when the inputs
+            // live in page-locked host memory. Refuse at startup rather than at the first batch.
+            return Err(BackendError::ExecutionProvider(
+                "--io-binding is not supported with CUDA: ONNX Runtime 1.31.1 refuses the bound copy \
+                 from page-locked host memory (CopyTensorAsync dst_data != src_data); run without it"
+                    .into(),
+            ));
+        }
         let session = builder.commit_from_file(model).map_err(load)?;
         let mut backend = Self::from_session(session, num_labels)?;
         if options.io_binding {
