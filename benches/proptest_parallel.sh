@@ -7,7 +7,8 @@
 #   benches/proptest_parallel.sh MANIFEST BIN_DIR [OUT_DIR]
 #
 # MANIFEST: lines `suite|binary|test name|env var for the cases`, BIN_DIR the test binaries by
-# those names (from `cargo test --release --no-run`; benches/RESULTS.md shows the run's manifest). Settings: CASES [10000000] per
+# those names (from `cargo test --release --no-run`; the run of RESULTS.md used
+# benches/proptest/manifest.txt, binaries named by their crate). Settings: CASES [10000000] per
 # property, JOBS [nproc]. Prints a markdown table: property, cases, processes, seconds, failed.
 # Exit status 1 if any process failed (its output is in OUT_DIR).
 set -euo pipefail
