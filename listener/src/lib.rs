@@ -44,6 +44,7 @@ mod args;
 mod body;
 mod conn;
 mod error;
+pub mod exposition;
 mod io;
 mod metrics;
 mod nofile;
