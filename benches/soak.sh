@@ -32,7 +32,7 @@
 #   BIN_DIR [unset]        prebuilt worker, gateway and loadtest; unset: `cargo build --release`
 #
 # Needs cargo, python3 and curl. Output under benches/out/soak-DATE/ (ignored): rss.csv
-# (t_s,process,pid,rss_kib), events.log, loadtest's summary.json and report.html, each server's
+# (t_s,process,pid,rss_kib,threads,fds), events.log, loadtest's summary.json and report.html, each server's
 # stdout/stderr, summary.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -141,14 +141,17 @@ load_start=$(date +%s.%N)
 log "load started: $RATE req/s for ${DURATION}s"
 
 # RSS sampler.
-echo "t_s,process,pid,rss_kib" >"$run_dir/rss.csv"
+# Beside RSS: threads and open descriptors (connections, mostly), to tell a step in memory that
+# follows connections or threads from one that does not.
+echo "t_s,process,pid,rss_kib,threads,fds" >"$run_dir/rss.csv"
 (
   while kill -0 "$load_pid" 2>/dev/null; do
     now=$(date +%s.%N)
     t=$(awk -v a="$load_start" -v b="$now" 'BEGIN { printf "%.1f", b - a }')
     while read -r name pid; do
-      rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
-      [ -n "$rss" ] && echo "$t,$name,$pid,$rss" >>"$run_dir/rss.csv"
+      read -r rss threads < <(awk '/^VmRSS:/ { r = $2 } /^Threads:/ { t = $2 } END { print r, t }' "/proc/$pid/status" 2>/dev/null || true)
+      fds=$(ls "/proc/$pid/fd" 2>/dev/null | wc -l)
+      [ -n "$rss" ] && echo "$t,$name,$pid,$rss,$threads,$fds" >>"$run_dir/rss.csv"
     done <"$run_dir/pids"
     sleep "$SAMPLE_EVERY"
   done
@@ -251,6 +254,18 @@ if flat:
     worst = max(flat, key=lambda x: abs(x[1]))
     print(f"Servers that lived the whole run: drift {', '.join(f'{n} {d:+.1f} %' for n, d in flat)}; "
           f"{'all within 5 %' if abs(worst[1]) <= 5 else 'NOT all within 5 % (' + worst[0] + ')'}.")
+    print()
+gw = [r for r in csv.DictReader(open(f"{run_dir}/rss.csv")) if r["process"] == "gateway" and r.get("fds")]
+if gw:
+    print("The gateway every 5 minutes (RSS MiB, threads, open descriptors):")
+    print()
+    print("| t (s) | RSS | threads | descriptors |")
+    print("|---:|---:|---:|---:|")
+    next_t = 0.0
+    for r in gw:
+        if float(r["t_s"]) >= next_t:
+            print(f"| {float(r['t_s']):.0f} | {mib(int(r['rss_kib']))} | {r['threads']} | {r['fds']} |")
+            next_t = float(r["t_s"]) - float(r["t_s"]) % 300 + 300
     print()
 print(f"Latency per {s['interval_s']:.0f} s (open loop, from each request's due time):")
 print()

@@ -36,6 +36,11 @@ pub struct Config {
     #[arg(long, env = "WORKER_THREADS", default_value_t = 0)]
     pub threads: usize,
 
+    /// Threads of the async runtime (HTTP, tokenizing, batching); 0: one per CPU this process may
+    /// run on. Fewer leave cores to the backend, or to a load generator on the same machine.
+    #[arg(long, env = "WORKER_RUNTIME_THREADS", default_value_t = 0)]
+    pub runtime_threads: usize,
+
     /// ONNX Runtime inter-op threads (used only by its parallel executor, which the worker does
     /// not turn on); 0 lets ONNX Runtime choose.
     #[arg(long, env = "WORKER_INTER_OP_THREADS", default_value_t = 0)]
@@ -80,7 +85,9 @@ pub struct Config {
     pub max_batch_tokens: usize,
 
     /// Longest a query waits for companions while the backend is idle (`0`, `1ms`, `500us`).
-    /// While the backend is busy, queries gather anyway and leave together when it is free.
+    /// It waits only when another query is expected within that time (from the recent gaps
+    /// between arrivals): a lone client or a trickle is not delayed. While the backend is busy,
+    /// queries gather anyway and leave together when it is free.
     #[arg(long, env = "WORKER_MAX_QUEUE_DELAY", default_value = "0", value_parser = humantime::parse_duration)]
     pub max_queue_delay: Duration,
 

@@ -34,6 +34,19 @@ pub struct Metrics {
     pub cancelled: Counter,
     pub admitted_requests: Family<ClassLabels, Counter>,
     pub admitted_tokens: Family<ClassLabels, Counter>,
+    /// The series every request touches, looked up once: a family lookup takes a read lock
+    /// shared by every runtime thread and hashes the labels.
+    ok: Series,
+    light: (Counter, Counter),
+    heavy: (Counter, Counter),
+}
+
+/// One outcome's series.
+#[derive(Debug)]
+struct Series {
+    requests: Counter,
+    queries: Counter,
+    duration: Histogram,
 }
 
 fn latency_histogram() -> Histogram {
@@ -43,17 +56,36 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
+        let requests = Family::default();
+        let request_duration: Family<OutcomeLabels, Histogram> = Family::new_with_constructor(latency_histogram);
+        let queries = Family::default();
+        let admitted_requests = Family::default();
+        let admitted_tokens = Family::default();
+        let ok = OutcomeLabels { outcome: "ok" };
+        let ok = Series {
+            requests: requests.get_or_create_owned(&ok),
+            queries: queries.get_or_create_owned(&ok),
+            duration: request_duration.get_or_create_owned(&ok),
+        };
+        let class = |class| {
+            let l = ClassLabels { class };
+            (admitted_requests.get_or_create_owned(&l), admitted_tokens.get_or_create_owned(&l))
+        };
+        let (light, heavy) = (class("light"), class("heavy"));
         let m = Self {
-            requests: Family::default(),
-            request_duration: Family::new_with_constructor(latency_histogram),
-            queries: Family::default(),
+            requests,
+            request_duration,
+            queries,
             batch_rows: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
             batch_padded_len: Histogram::new(exponential_buckets(4.0, 2.0, 9)),
             queue_wait: latency_histogram(),
             inference: latency_histogram(),
             cancelled: Counter::default(),
-            admitted_requests: Family::default(),
-            admitted_tokens: Family::default(),
+            admitted_requests,
+            admitted_tokens,
+            ok,
+            light,
+            heavy,
         };
         registry.register("worker_requests", "HTTP /predict requests by outcome", m.requests.clone());
         registry.register(
@@ -93,12 +125,27 @@ impl Metrics {
     }
 
     pub fn admitted(&self, class: &'static str, tokens: u64) {
-        let labels = ClassLabels { class };
-        self.admitted_requests.get_or_create(&labels).inc();
-        self.admitted_tokens.get_or_create(&labels).inc_by(tokens);
+        let (requests, toks) = match class {
+            "light" => &self.light,
+            "heavy" => &self.heavy,
+            _ => {
+                let labels = ClassLabels { class };
+                self.admitted_requests.get_or_create(&labels).inc();
+                self.admitted_tokens.get_or_create(&labels).inc_by(tokens);
+                return;
+            }
+        };
+        requests.inc();
+        toks.inc_by(tokens);
     }
 
     pub fn observe_request(&self, outcome: &'static str, queries: u64, seconds: f64) {
+        if outcome == "ok" {
+            self.ok.requests.inc();
+            self.ok.queries.inc_by(queries);
+            self.ok.duration.observe(seconds);
+            return;
+        }
         let labels = OutcomeLabels { outcome };
         self.requests.get_or_create(&labels).inc();
         self.queries.get_or_create(&labels).inc_by(queries);

@@ -2,17 +2,16 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use wire::{BatchStats, RateStats};
 
+/// One second's batch figures (written once per batch, under the lock).
 #[derive(Debug, Default, Clone, Copy)]
 struct Bucket {
     second: u64,
-    admitted: u64,
-    completed: u64,
-    rejected: u64,
     batches: u64,
     rows: u64,
     padded_len_sum: u64,
@@ -21,19 +20,57 @@ struct Bucket {
     waits: u64,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Totals {
-    admitted: u64,
-    completed: u64,
-    rejected: u64,
-    batches: u64,
+/// Per-second counts of one kind, written by every request without a lock: a ring of atomics,
+/// each holding the second it counts (high 32 bits) and its count (low 32 bits). A slot found
+/// holding an older second is restarted at the new one.
+#[derive(Debug)]
+struct Ring {
+    slots: Box<[AtomicU64]>,
+    total: AtomicU64,
+}
+
+impl Ring {
+    fn new(seconds: u64) -> Self {
+        Self { slots: (0..seconds).map(|_| AtomicU64::new(u64::MAX)).collect(), total: AtomicU64::new(0) }
+    }
+
+    fn add(&self, second: u64, n: u64) {
+        self.total.fetch_add(n, Ordering::Relaxed);
+        let tag = second & 0xffff_ffff;
+        let slot = &self.slots[(second % self.slots.len() as u64) as usize];
+        let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            let count = match v >> 32 {
+                held if held == tag => v & 0xffff_ffff,
+                // A late writer (preempted for a whole ring of seconds) leaves the newer second
+                // alone: its count is in the total only.
+                held if v != u64::MAX && held > tag => return None,
+                _ => 0,
+            };
+            Some((tag << 32) | count.saturating_add(n).min(0xffff_ffff))
+        });
+    }
+
+    /// The counts of seconds `from..=to` (at most the ring's length back).
+    fn sum(&self, from: u64, to: u64) -> u64 {
+        let len = self.slots.len() as u64;
+        (from.max(to.saturating_sub(len - 1))..=to)
+            .map(|second| {
+                let v = self.slots[(second % len) as usize].load(Ordering::Relaxed);
+                if v >> 32 == second & 0xffff_ffff { v & 0xffff_ffff } else { 0 }
+            })
+            .sum()
+    }
 }
 
 #[derive(Debug)]
 pub struct Stats {
     started: Instant,
     window_s: u64,
-    inner: Mutex<(VecDeque<Bucket>, Totals)>,
+    admitted: Ring,
+    completed: Ring,
+    rejected: Ring,
+    /// Batch figures per second, and the count of batches ever run.
+    batches: Mutex<(VecDeque<Bucket>, u64)>,
 }
 
 impl Stats {
@@ -42,74 +79,64 @@ impl Stats {
     }
 
     pub fn starting_at(started: Instant, window: Duration) -> Self {
-        Self { started, window_s: window.as_secs().max(1), inner: Mutex::default() }
+        let window_s = window.as_secs().max(1);
+        // One slot more than the window: the second being written never overwrites one still read.
+        let ring = || Ring::new(window_s + 2);
+        Self { started, window_s, admitted: ring(), completed: ring(), rejected: ring(), batches: Mutex::default() }
     }
 
     pub fn uptime(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.started)
     }
 
-    fn with_bucket(&self, now: Instant, f: impl FnOnce(&mut Bucket, &mut Totals)) {
-        let second = self.uptime(now).as_secs();
-        let mut guard = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (buckets, totals) = &mut *guard;
+    fn second(&self, now: Instant) -> u64 {
+        self.uptime(now).as_secs()
+    }
+
+    pub fn admitted(&self, now: Instant, n: u64) {
+        self.admitted.add(self.second(now), n);
+    }
+
+    pub fn completed(&self, now: Instant, n: u64) {
+        self.completed.add(self.second(now), n);
+    }
+
+    pub fn rejected(&self, now: Instant, n: u64) {
+        self.rejected.add(self.second(now), n);
+    }
+
+    /// A batch of `rows` padded to `padded_len` ran for `inference`; its rows waited `queue_wait` in all.
+    pub fn batch(&self, now: Instant, rows: u64, padded_len: u64, inference: Duration, queue_wait: Duration) {
+        let second = self.second(now);
+        let mut guard = self.batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (buckets, total) = &mut *guard;
         if buckets.back().is_none_or(|b| b.second != second) {
             buckets.push_back(Bucket { second, ..Bucket::default() });
         }
         while buckets.front().is_some_and(|b| b.second + self.window_s < second) {
             buckets.pop_front();
         }
-        let bucket = buckets.back_mut().expect("just pushed");
-        f(bucket, totals);
-    }
-
-    pub fn admitted(&self, now: Instant, n: u64) {
-        self.with_bucket(now, |b, t| {
-            b.admitted += n;
-            t.admitted += n;
-        });
-    }
-
-    pub fn completed(&self, now: Instant, n: u64) {
-        self.with_bucket(now, |b, t| {
-            b.completed += n;
-            t.completed += n;
-        });
-    }
-
-    pub fn rejected(&self, now: Instant, n: u64) {
-        self.with_bucket(now, |b, t| {
-            b.rejected += n;
-            t.rejected += n;
-        });
-    }
-
-    /// A batch of `rows` padded to `padded_len` ran for `inference`; its rows waited `queue_wait` in all.
-    pub fn batch(&self, now: Instant, rows: u64, padded_len: u64, inference: Duration, queue_wait: Duration) {
-        self.with_bucket(now, |b, t| {
-            b.batches += 1;
-            b.rows += rows;
-            b.padded_len_sum += padded_len;
-            b.inference += inference;
-            b.queue_wait += queue_wait;
-            b.waits += rows;
-            t.batches += 1;
-        });
+        let b = buckets.back_mut().expect("just pushed");
+        b.batches += 1;
+        b.rows += rows;
+        b.padded_len_sum += padded_len;
+        b.inference += inference;
+        b.queue_wait += queue_wait;
+        b.waits += rows;
+        *total += 1;
     }
 
     /// Rates and batch figures over the last `window` seconds (or the uptime, if shorter).
     pub fn snapshot(&self, now: Instant) -> (RateStats, BatchStats) {
         let uptime = self.uptime(now);
         let current = uptime.as_secs();
-        let guard = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (buckets, totals) = &*guard;
-        // The window ends now and starts `window_s` seconds back; the oldest bucket may be partial.
+        // The window ends now and starts `window_s` seconds back; the oldest second may be partial.
+        let first = (current + 1).saturating_sub(self.window_s);
         let span = uptime.min(Duration::from_secs(self.window_s)).as_secs_f64().max(1e-3);
+        let guard = self.batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (buckets, total_batches) = &*guard;
         let mut sum = Bucket::default();
         for b in buckets.iter().filter(|b| b.second + self.window_s > current) {
-            sum.admitted += b.admitted;
-            sum.completed += b.completed;
-            sum.rejected += b.rejected;
             sum.batches += b.batches;
             sum.rows += b.rows;
             sum.padded_len_sum += b.padded_len_sum;
@@ -117,15 +144,17 @@ impl Stats {
             sum.queue_wait += b.queue_wait;
             sum.waits += b.waits;
         }
+        let total_batches = *total_batches;
+        drop(guard);
         let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
         let rates = RateStats {
             window_s: span,
-            arrival_per_s: sum.admitted as f64 / span,
-            completion_per_s: sum.completed as f64 / span,
-            rejected_per_s: sum.rejected as f64 / span,
-            admitted_total: totals.admitted,
-            completed_total: totals.completed,
-            rejected_total: totals.rejected,
+            arrival_per_s: self.admitted.sum(first, current) as f64 / span,
+            completion_per_s: self.completed.sum(first, current) as f64 / span,
+            rejected_per_s: self.rejected.sum(first, current) as f64 / span,
+            admitted_total: self.admitted.total.load(Ordering::Relaxed),
+            completed_total: self.completed.total.load(Ordering::Relaxed),
+            rejected_total: self.rejected.total.load(Ordering::Relaxed),
         };
         let batches = BatchStats {
             count: sum.batches,
@@ -142,7 +171,7 @@ impl Stats {
                 sum.queue_wait.as_secs_f64() * 1e3 / sum.waits as f64
             },
             busy_fraction: (sum.inference.as_secs_f64() / span).min(1.0),
-            total: totals.batches,
+            total: total_batches,
         };
         (rates, batches)
     }
@@ -167,6 +196,30 @@ mod tests {
         let (rates, _) = stats.snapshot(t0 + Duration::from_secs(60));
         assert_eq!(rates.arrival_per_s, 0.0);
         assert_eq!(rates.completed_total, 200);
+    }
+
+    #[test]
+    fn counts_from_many_threads_are_exact_and_old_seconds_are_forgotten() {
+        let ring = std::sync::Arc::new(Ring::new(4));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let ring = ring.clone();
+                std::thread::spawn(move || {
+                    for second in 0..10u64 {
+                        for _ in 0..1000 {
+                            ring.add(second, 1);
+                        }
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(ring.total.load(Ordering::Relaxed), 80_000);
+        assert_eq!(ring.sum(9, 9), 8000);
+        assert_eq!(ring.sum(6, 9), 32_000, "no late writer overwrote a newer second");
+        // Seconds 0..=5 were overwritten by 4..=9 in a ring of four: only the last four count.
+        assert_eq!(ring.sum(0, 9), 32_000);
+        assert_eq!(ring.sum(10, 12), 0, "seconds not yet written read zero");
     }
 
     #[tokio::test(start_paused = true)]

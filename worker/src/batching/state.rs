@@ -8,6 +8,12 @@
 //!   budget; or, once the backend is idle, when the oldest query has waited `max_delay` for
 //!   companions. While the backend is busy a partial batch is not cut: queries arriving meanwhile
 //!   join it, and it runs the moment the backend is free (it could not run sooner anyway).
+//! - A query waits for companions only when one is expected within its delay: from a moving
+//!   average of the gaps between arrivals (each gap counted at most `2 x max_delay`), the next
+//!   arrival is due at the last one plus that gap. When it is due after the oldest query's
+//!   deadline (a lone client, a trickle, the first query after a pause), waiting would only add
+//!   latency, and the batch is cut at once. Under load the gaps are short and queries wait as
+//!   configured.
 //! - The oldest live query anchors every batch, so no query waits behind younger ones for long.
 //!   Companions are the queries closest in length to the anchor (ties to the older), which cuts
 //!   padding: a batch pads every row to its longest.
@@ -66,12 +72,28 @@ pub struct State<T> {
     next_id: u64,
     tokens: usize,
     cancelled: u64,
+    /// The latest arrival, and the moving average of the gaps between arrivals (`None` until two
+    /// have been seen).
+    last_arrival: Option<Instant>,
+    gap: Option<Duration>,
 }
+
+/// Weight of a new gap in the moving average of gaps between arrivals.
+const GAP_WEIGHT: f64 = 1.0 / 4.0;
 
 impl<T: Pending> State<T> {
     pub fn new(limits: Limits) -> Self {
         assert!(limits.max_rows > 0 && limits.max_tokens > 0, "batch limits must be positive");
-        Self { limits, by_len: BTreeMap::new(), by_age: BTreeMap::new(), next_id: 0, tokens: 0, cancelled: 0 }
+        Self {
+            limits,
+            by_len: BTreeMap::new(),
+            by_age: BTreeMap::new(),
+            next_id: 0,
+            tokens: 0,
+            cancelled: 0,
+            last_arrival: None,
+            gap: None,
+        }
     }
 
     /// Queries waiting (cancelled ones not yet met included).
@@ -93,14 +115,35 @@ impl<T: Pending> State<T> {
         self.next_id += 1;
         let len = item.tokens();
         self.tokens += len;
+        if let Some(last) = self.last_arrival {
+            // Past twice the delay, a gap's length makes no difference to the decision.
+            let sample = now.saturating_duration_since(last).min(self.limits.max_delay * 2);
+            self.gap = Some(match self.gap {
+                None => sample,
+                Some(g) => g.mul_f64(1.0 - GAP_WEIGHT) + sample.mul_f64(GAP_WEIGHT),
+            });
+        }
+        self.last_arrival = Some(self.last_arrival.map_or(now, |l| l.max(now)));
         self.by_age.insert(id, len);
         self.by_len.insert((len, id), Queued { item, enqueued_at: now });
     }
 
-    /// When the oldest query's wait runs out; `None` when the queue is empty.
+    /// When the oldest query's wait runs out; `None` when the queue is empty. That is its arrival
+    /// when no companion is expected before `max_delay` has passed (see the module's policy).
     pub fn next_deadline(&self) -> Option<Instant> {
         let (&id, &len) = self.by_age.first_key_value()?;
-        Some(self.by_len[&(len, id)].enqueued_at + self.limits.max_delay)
+        let arrived = self.by_len[&(len, id)].enqueued_at;
+        let deadline = arrived + self.limits.max_delay;
+        let expected = match (self.last_arrival, self.gap) {
+            (Some(last), Some(gap)) => last + gap <= deadline,
+            _ => false,
+        };
+        Some(if expected { deadline } else { arrived })
+    }
+
+    /// The moving average of the gaps between arrivals, once two have been seen.
+    pub fn mean_gap(&self) -> Option<Duration> {
+        self.gap
     }
 
     /// A batch is full, or the backend is idle and the oldest query has waited long enough.
@@ -224,10 +267,24 @@ mod tests {
         b.entries.iter().map(|e| e.item.name).collect()
     }
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Ten arrivals 1 ms apart, run: the state expects the next arrival within 1 ms. Returns
+    /// the time of the next one.
+    fn with_traffic(s: &mut State<Q>, t0: Instant) -> Instant {
+        for i in 0..10 {
+            s.push(q("warm", 8), t0 + ms(i));
+        }
+        while s.take_batch().is_some() {}
+        t0 + ms(10)
+    }
+
     #[test]
     fn waits_for_companions_until_the_deadline() {
-        let t0 = Instant::now();
         let mut s = State::new(limits(4, 1000, 5));
+        let t0 = with_traffic(&mut s, Instant::now());
         s.push(q("a", 8), t0);
         assert!(s.next_batch(t0, true).is_none());
         assert_eq!(s.next_deadline(), Some(t0 + Duration::from_millis(5)));
@@ -236,6 +293,63 @@ mod tests {
         assert_eq!(names(&b), ["a"]);
         assert!(s.is_empty());
         assert_eq!(s.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_lone_query_does_not_wait_when_no_companion_is_expected() {
+        // The first query ever: nothing is known of arrivals.
+        let t0 = Instant::now();
+        let mut s = State::new(limits(4, 1000, 5));
+        s.push(q("a", 8), t0);
+        assert_eq!(s.next_deadline(), Some(t0));
+        assert_eq!(names(&s.next_batch(t0, true).expect("cut at once")), ["a"]);
+        // A trickle: one query every 20 ms, four times the delay.
+        for i in 1..=5 {
+            let t = t0 + ms(20 * i);
+            s.push(q("b", 8), t);
+            assert_eq!(names(&s.next_batch(t, true).expect("cut at once")), ["b"], "arrival {i}");
+        }
+        assert_eq!(s.mean_gap(), Some(ms(10)), "each gap is counted at most twice the delay");
+    }
+
+    #[test]
+    fn the_expectation_follows_the_arrivals() {
+        let mut s = State::new(limits(8, 1000, 5));
+        let t0 = with_traffic(&mut s, Instant::now());
+        // Busy traffic was seen: a query after a pause still waits for companions...
+        let t1 = t0 + Duration::from_secs(1);
+        s.push(q("c", 8), t1);
+        assert_eq!(s.next_deadline(), Some(t1 + ms(5)));
+        s.take_batch();
+        // ...but a trickle (20 ms apart) is cut at once from its third query on.
+        let waited: Vec<bool> = (1..=6)
+            .map(|i| {
+                let t = t1 + ms(20 * i);
+                s.push(q("d", 8), t);
+                let waits = s.next_batch(t, true).is_none();
+                s.take_batch();
+                waits
+            })
+            .collect();
+        assert_eq!(waited, [true, false, false, false, false, false]);
+        // And a burst (100 us apart) waits again from its second query on.
+        let t2 = t1 + ms(200);
+        s.push(q("e", 8), t2);
+        assert!(s.next_batch(t2, true).is_some(), "nothing says a burst is coming");
+        let t3 = t2 + Duration::from_micros(100);
+        s.push(q("e", 8), t3);
+        assert!(s.next_batch(t3, true).is_some(), "one short gap is not yet enough");
+        let mut t = t3;
+        let mut waits = false;
+        for _ in 0..6 {
+            t += Duration::from_micros(100);
+            s.push(q("e", 8), t);
+            waits = s.next_batch(t, true).is_none();
+            if waits {
+                break;
+            }
+        }
+        assert!(waits, "a few short gaps and the burst waits for companions");
     }
 
     #[test]
@@ -380,8 +494,9 @@ mod tests {
         let t0 = Instant::now();
         let mut s = State::new(limits(4, 1000, 60_000));
         s.push(q("a", 5), t0);
+        s.push(q("b", 5), t0);
         assert!(s.next_batch(t0, true).is_none());
-        assert_eq!(names(&s.take_batch().unwrap()), ["a"]);
+        assert_eq!(names(&s.take_batch().unwrap()), ["a", "b"]);
         assert!(s.take_batch().is_none());
     }
 

@@ -110,7 +110,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_lone_query_runs_after_the_queue_delay() {
+    async fn a_lone_query_runs_at_once() {
         let (in_tx, in_rx) = mpsc::channel(16);
         let (out_tx, mut out_rx) = mpsc::channel(1);
         tokio::spawn(run(limits(8, 10), in_rx, out_tx, idle(), ignore));
@@ -118,7 +118,37 @@ mod tests {
         in_tx.send(Q(3)).await.unwrap();
         let batch = out_rx.recv().await.unwrap();
         assert_eq!(batch.entries.len(), 1);
-        assert_eq!(Instant::now() - t0, Duration::from_millis(10), "waited exactly the delay on the paused clock");
+        assert_eq!(Instant::now(), t0, "no companion expected: no wait for the 10 ms delay");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn under_steady_arrivals_a_query_waits_the_delay_for_companions() {
+        let (in_tx, in_rx) = mpsc::channel(16);
+        let (out_tx, mut out_rx) = mpsc::channel(1);
+        let backend = idle();
+        tokio::spawn(run(limits(64, 10), in_rx, out_tx, backend.clone(), ignore));
+        // Queries 1 ms apart; each batch is finished by the backend 1 ms after it is cut.
+        let feeder = tokio::spawn(async move {
+            for _ in 0..40 {
+                in_tx.send(Q(3)).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            in_tx
+        });
+        let mut sizes = Vec::new();
+        while let Some(batch) = out_rx.recv().await {
+            sizes.push(batch.entries.len());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            backend.finished();
+            if sizes.iter().sum::<usize>() == 40 {
+                break;
+            }
+        }
+        drop(feeder.await.unwrap());
+        assert_eq!(sizes[0], 1, "the first query has no history: at once");
+        assert!(sizes.len() >= 3, "{sizes:?}");
+        let middle = &sizes[1..sizes.len() - 1];
+        assert!(middle.iter().all(|&n| n >= 8), "then batches of about the delay's worth: {sizes:?}");
     }
 
     #[tokio::test(start_paused = true)]
