@@ -149,8 +149,10 @@ echo "t_s,process,pid,rss_kib,threads,fds" >"$run_dir/rss.csv"
     now=$(date +%s.%N)
     t=$(awk -v a="$load_start" -v b="$now" 'BEGIN { printf "%.1f", b - a }')
     while read -r name pid; do
-      read -r rss threads < <(awk '/^VmRSS:/ { r = $2 } /^Threads:/ { t = $2 } END { print r, t }' "/proc/$pid/status" 2>/dev/null || true)
-      fds=$(ls "/proc/$pid/fd" 2>/dev/null | wc -l)
+      # A process just killed has no /proc entry: nothing is written for it (and nothing fails).
+      status=$(awk '/^VmRSS:/ { r = $2 } /^Threads:/ { t = $2 } END { if (r != "") print r, t }' "/proc/$pid/status" 2>/dev/null || true)
+      rss=${status% *}; threads=${status#* }
+      fds=$( (ls "/proc/$pid/fd" 2>/dev/null || true) | wc -l)
       [ -n "$rss" ] && echo "$t,$name,$pid,$rss,$threads,$fds" >>"$run_dir/rss.csv"
     done <"$run_dir/pids"
     sleep "$SAMPLE_EVERY"

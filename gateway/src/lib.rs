@@ -117,7 +117,7 @@ pub async fn build_with_kube_client(config: Config, kube: Option<kube::Client>) 
 
 /// Bind `addr` and print `{what} http://ADDR` (scripts and tests read that line).
 async fn bind(addr: std::net::SocketAddr, what: &str) -> Result<TcpListener, StartError> {
-    let listener = TcpListener::bind(addr).await?;
+    let listener = listener::bind(addr)?;
     println!("{what} http://{}", listener.local_addr()?);
     Ok(listener)
 }

@@ -213,7 +213,7 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     })
     .await?;
 
-    let listener = TcpListener::bind(config.listen).await.map_err(|e| StartupError::Listen(config.listen, e))?;
+    let listener = listener::bind(config.listen).map_err(|e| StartupError::Listen(config.listen, e))?;
     let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;
     announce(addr);
     tracing::info!(%addr, "ready");
