@@ -288,6 +288,10 @@ for t, e in events:
         print(f"- {float(t) - t0:.0f} s: {e.strip()}")
 sys.exit(0)
 PY
+# The same RSS judged over windows (medians of the first and last 10 minutes, or a quarter of
+# the run if shorter), beside RSS against open descriptors: see benches/soak_rss.py.
+window=$((DURATION / 4 < 600 ? DURATION / 4 : 600))
+{ echo; python3 benches/soak_rss.py "$run_dir" "$WARM_S" "$window"; } | tee -a "$run_dir/summary.md"
 errors=$(python3 -c 'import json,sys; print(sum(json.load(open(sys.argv[1]))["total"]["errors"].values()))' "$run_dir/summary.json")
 log "done: $errors errors; summary in $run_dir/summary.md"
 [ "$errors" = 0 ]
