@@ -10,6 +10,8 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use wire::{GpuTelemetry, QueueStats};
 
+use crate::core::Class;
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// `ok`, or the response's `error_type`.
@@ -37,8 +39,8 @@ pub struct Metrics {
     /// The series every request touches, looked up once: a family lookup takes a read lock
     /// shared by every runtime thread and hashes the labels.
     ok: Series,
-    light: (Counter, Counter),
-    heavy: (Counter, Counter),
+    /// (requests, tokens) per class, indexed by `Class as usize` (`Class::ALL` is in declaration order).
+    classes: [(Counter, Counter); 2],
 }
 
 /// One outcome's series.
@@ -67,11 +69,10 @@ impl Metrics {
             queries: queries.get_or_create_owned(&ok),
             duration: request_duration.get_or_create_owned(&ok),
         };
-        let class = |class| {
-            let l = ClassLabels { class };
+        let classes = Class::ALL.map(|class| {
+            let l = ClassLabels { class: class.as_str() };
             (admitted_requests.get_or_create_owned(&l), admitted_tokens.get_or_create_owned(&l))
-        };
-        let (light, heavy) = (class("light"), class("heavy"));
+        });
         let m = Self {
             requests,
             request_duration,
@@ -84,8 +85,7 @@ impl Metrics {
             admitted_requests,
             admitted_tokens,
             ok,
-            light,
-            heavy,
+            classes,
         };
         registry.register("worker_requests", "HTTP /predict requests by outcome", m.requests.clone());
         registry.register(
@@ -124,17 +124,8 @@ impl Metrics {
         m
     }
 
-    pub fn admitted(&self, class: &'static str, tokens: u64) {
-        let (requests, toks) = match class {
-            "light" => &self.light,
-            "heavy" => &self.heavy,
-            _ => {
-                let labels = ClassLabels { class };
-                self.admitted_requests.get_or_create(&labels).inc();
-                self.admitted_tokens.get_or_create(&labels).inc_by(tokens);
-                return;
-            }
-        };
+    pub fn admitted(&self, class: Class, tokens: u64) {
+        let (requests, toks) = &self.classes[class as usize];
         requests.inc();
         toks.inc_by(tokens);
     }

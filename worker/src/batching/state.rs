@@ -142,7 +142,8 @@ impl<T: Pending> State<T> {
     }
 
     /// The moving average of the gaps between arrivals, once two have been seen.
-    pub fn mean_gap(&self) -> Option<Duration> {
+    #[cfg(test)]
+    fn mean_gap(&self) -> Option<Duration> {
         self.gap
     }
 
@@ -321,7 +322,7 @@ mod tests {
         s.push(q("c", 8), t1);
         assert_eq!(s.next_deadline(), Some(t1 + ms(5)));
         s.take_batch();
-        // ...but a trickle (20 ms apart) is cut at once from its third query on.
+        // ...but a trickle (20 ms apart) is cut at once from its second query on.
         let waited: Vec<bool> = (1..=6)
             .map(|i| {
                 let t = t1 + ms(20 * i);
@@ -332,7 +333,7 @@ mod tests {
             })
             .collect();
         assert_eq!(waited, [true, false, false, false, false, false]);
-        // And a burst (100 us apart) waits again from its second query on.
+        // And a burst (100 us apart) waits again after a few short gaps.
         let t2 = t1 + ms(200);
         s.push(q("e", 8), t2);
         assert!(s.next_batch(t2, true).is_some(), "nothing says a burst is coming");

@@ -195,7 +195,7 @@ impl Core {
             return Err(CoreError::Overloaded);
         };
         self.stats.admitted(Instant::now(), n);
-        self.metrics.admitted(class.as_str(), tokens);
+        self.metrics.admitted(class, tokens);
         let queue = &self.lanes[class as usize];
         // The request's span, when it was made up front (for the backend thread's trace line).
         let span = tracing::Span::current();
