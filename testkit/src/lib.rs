@@ -9,9 +9,11 @@
 //! - [`http`]: a small client whose answers are status, headers and JSON;
 //! - [`wait_until`]: poll a condition with a bounded timeout;
 //! - [`fault`]: for fault-injection tests: signals, resident memory, metric samples, raw
-//!   sockets that trickle or stall, the servers' start commands.
+//!   sockets that trickle or stall, the servers' start commands;
+//! - [`chart`]: the Helm chart rendered and its containers' arguments read back.
 #![forbid(unsafe_code)]
 
+pub mod chart;
 pub mod fault;
 pub mod http;
 mod paths;
