@@ -10,15 +10,18 @@
 //! - [`wait_until`]: poll a condition with a bounded timeout;
 //! - [`fault`]: for fault-injection tests: signals, resident memory, metric samples, raw
 //!   sockets that trickle or stall, the servers' start commands;
+//! - [`Captured`]: a log sink for tests that read what was logged;
 //! - [`chart`]: the Helm chart rendered and its containers' arguments read back.
 #![forbid(unsafe_code)]
 
+mod captured;
 pub mod chart;
 pub mod fault;
 pub mod http;
 mod paths;
 mod server;
 
+pub use captured::Captured;
 pub use paths::{Sanity, SanityQuery, bin, model_dir, ort_lib, repo_root, sanity};
 pub use server::Server;
 

@@ -2,9 +2,6 @@
 //! request, including the backend thread's line for its query. A test binary of its own: it
 //! installs a process-wide log subscriber that captures what the worker logs.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
-
 use axum::body::Body;
 use axum::http::Request;
 use clap::Parser;
@@ -12,31 +9,11 @@ use tower::ServiceExt;
 use worker::backend::FakeBackend;
 use worker::model::ModelDir;
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self) -> Vec<String> {
-        let bytes = self.0.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        String::from_utf8_lossy(&bytes).lines().map(str::to_owned).collect()
-    }
-}
-
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 #[tokio::test]
 async fn request_ids_are_echoed_or_made_and_land_on_the_requests_log_lines() {
-    let logs = Captured::default();
+    let logs = testkit::Captured::default();
     let writer = logs.clone();
     tracing_subscriber::fmt()
         .with_env_filter("worker=trace")

@@ -2,9 +2,6 @@
 //! request (`http::context`): an error line still carries its `x-request-id` and `traceparent`.
 //! A test binary of its own: it installs a process-wide log subscriber at `info`.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
-
 use axum::body::Body;
 use axum::http::Request;
 use clap::Parser;
@@ -12,24 +9,11 @@ use tower::ServiceExt;
 use worker::backend::FakeBackend;
 use worker::model::ModelDir;
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 #[tokio::test]
 async fn at_info_an_error_line_names_its_request() {
-    let logs = Captured::default();
+    let logs = testkit::Captured::default();
     let writer = logs.clone();
     tracing_subscriber::fmt().with_env_filter("info").with_ansi(false).with_writer(move || writer.clone()).init();
 
@@ -53,7 +37,7 @@ async fn at_info_an_error_line_names_its_request() {
     let resp = app.clone().oneshot(req.unwrap()).await.unwrap();
     assert_eq!(resp.status(), 500);
     assert_eq!(resp.headers()["x-request-id"], "failing-8");
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned();
+    let text = logs.text();
     let line =
         text.lines().find(|l| l.contains("internal error")).unwrap_or_else(|| panic!("the failure is logged:\n{text}"));
     assert!(line.contains("request_id=\"failing-8\"") && line.contains(TRACEPARENT), "it names the request: {line}");
