@@ -28,6 +28,13 @@
 #   WARM_S [60]            RSS "first" is the first sample this long into the load (the
 #                          allocators' and caches' warm-up is not drift); at most DURATION/4
 #   INTERVAL [60s]         latency rows (loadtest's timeline interval)
+#   MAX_IN_FLIGHT [64]     the load generator's outstanding requests, and so its connections, at
+#                          most: a request due beyond it waits in the generator and the wait counts
+#                          in its latency (no coordinated omission). Bounded so that the servers'
+#                          memory is compared at a steady number of connections: unbounded, the
+#                          generator opened a few hundred whenever latency rose after a kill, and
+#                          per-connection buffers moved the gateway's RSS by a third (the
+#                          connection floods of the fault suite bound that memory instead).
 #   GATEWAY_ARGS, WORKER_ARGS [""]   more flags
 #   BIN_DIR [unset]        prebuilt worker, gateway and loadtest; unset: `cargo build --release`
 #
@@ -48,6 +55,7 @@ CAP_SECONDS=${CAP_SECONDS:-20}
 CAP_CONCURRENCY=${CAP_CONCURRENCY:-32}
 SAMPLE_EVERY=${SAMPLE_EVERY:-10}
 WARM_S=${WARM_S:-60}
+MAX_IN_FLIGHT=${MAX_IN_FLIGHT:-64}
 INTERVAL=${INTERVAL:-60s}
 GATEWAY_ARGS=${GATEWAY_ARGS:-}
 WORKER_ARGS=${WORKER_ARGS:-}
@@ -130,6 +138,7 @@ fi
 
 # The load, open loop.
 "$BIN_DIR/loadtest" --url "$gw" --rate "$RATE" --duration "${DURATION}s" --warmup 0s --timeout 30s \
+  --max-in-flight "$MAX_IN_FLIGHT" \
   --interval "$INTERVAL" --progress never --summary "$run_dir/summary.json" --report "$run_dir/report.html" \
   --gateway-admin "$admin" --title "soak: $RATE req/s, a worker killed every ${KILL_EVERY}s" \
   >"$run_dir/loadtest.stdout" 2>"$run_dir/loadtest.stderr" &
@@ -138,7 +147,7 @@ pids+=("$load_pid")
 pid_of[loadtest]=$load_pid
 publish_pids
 load_start=$(date +%s.%N)
-log "load started: $RATE req/s for ${DURATION}s"
+log "load started: $RATE req/s for ${DURATION}s, at most $MAX_IN_FLIGHT in flight"
 
 # RSS sampler.
 # Beside RSS: threads and open descriptors (connections, mostly), to tell a step in memory that
