@@ -128,7 +128,12 @@ impl Metrics {
     /// A registry holding every family under the `gateway_` prefix.
     pub fn registry(&self) -> Registry {
         let mut r = Registry::with_prefix("gateway");
-        r.register("requests", "Client requests by pool, worker and outcome", self.requests.clone());
+        r.register(
+            "requests",
+            "Client requests by pool, worker and outcome (pool \"\" and worker \"none\": answered before \
+             reaching a pool: refused at admission, a body too large, late or malformed, an unknown pool)",
+            self.requests.clone(),
+        );
         r.register(
             "request_duration_seconds",
             "Client request latency at the gateway by pool, worker and outcome",

@@ -109,6 +109,18 @@ async fn oversized_body_is_413_too_large() {
     let a = post(&client(), &format!("{}/predict", gw.url), &"x".repeat(100)).await;
     assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(a.body["error_type"], "too_large");
+    // Answered before any worker, and counted all the same, as are a wrong method and an
+    // unknown pool.
+    let c = client();
+    let r = c.delete(format!("{}/predict", gw.url)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let r = c.get(format!("{}/pools/nope/predict?query=hi", gw.url)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let text = gw.metrics().await;
+    for outcome in ["too_large", "method_not_allowed", "not_found"] {
+        let line = format!("gateway_requests_total{{pool=\"\",worker=\"none\",outcome=\"{outcome}\"}} 1");
+        assert!(text.lines().any(|l| l == line), "no `{line}` in {text}");
+    }
 }
 
 #[tokio::test]

@@ -47,7 +47,9 @@ where
 {
     // HEAD as a GET without the body, as routers do.
     if !matches!(*req.method(), Method::GET | Method::POST | Method::HEAD) {
-        return RequestError::MethodNotAllowed(req.method().to_string()).into_response();
+        let e = RequestError::MethodNotAllowed(req.method().to_string());
+        state.admission.answered_early(&e);
+        return e.into_response();
     }
     let ids = Ids::from_headers(req.headers());
     let mut resp = match admitted(state, pool, req, &ids).await {
@@ -76,10 +78,14 @@ where
     // The body first: admission counts a request once it has arrived whole, so that clients
     // trickling bodies hold no admission permit (only their bytes, within the listener's
     // budget and its body deadline).
-    let inc = incoming(state, req, &headers[..n], &span).await?;
+    let early = |e: RequestError| {
+        state.admission.answered_early(&e);
+        e
+    };
+    let inc = incoming(state, req, &headers[..n], &span).await.map_err(early)?;
     let _admitted = state.admission.admit(inc.cost)?;
     let Some(pool) = state.pools.get(pool) else {
-        return Err(RequestError::UnknownPool(pool.to_owned()));
+        return Err(early(RequestError::UnknownPool(pool.to_owned())));
     };
     routing::forward(&pool, &inc).await.map(response)
 }
