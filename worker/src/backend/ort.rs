@@ -11,7 +11,7 @@ use ort::session::{IoBinding, Session, SessionInputValue};
 use ort::value::{Tensor, TensorElementType, TensorRef, ValueType};
 
 use super::{Backend, BackendError, Device, InputBatch, ShapeBuckets};
-use crate::config::{ArenaExtend, ConvAlgoSearch, CudaSync};
+use crate::config::{ArenaExtend, ConvAlgoSearch};
 
 /// The graph's input names, discovered from the model.
 #[derive(Debug, Clone)]
@@ -39,8 +39,6 @@ pub struct SessionOptions {
     pub arena_extend: ArenaExtend,
     /// Bytes; 0: no limit.
     pub mem_limit: usize,
-    /// How the backend thread waits for the GPU.
-    pub cuda_sync: CudaSync,
 }
 
 impl SessionOptions {
@@ -56,7 +54,6 @@ impl SessionOptions {
             copy_in_default_stream: true,
             arena_extend: ArenaExtend::NextPowerOfTwo,
             mem_limit: 0,
-            cuda_sync: CudaSync::Auto,
         }
     }
 }
@@ -136,22 +133,6 @@ impl OrtBackend {
         builder = builder.with_intra_op_spinning(options.spinning).map_err(built)?;
         builder = builder.with_inter_op_spinning(options.spinning).map_err(built)?;
         if let Device::Cuda(n) = options.device {
-            let sync = match options.cuda_sync {
-                CudaSync::Auto => None,
-                CudaSync::Spin => Some(cuda_sched::CudaSync::Spin),
-                CudaSync::Yield => Some(cuda_sched::CudaSync::Yield),
-                CudaSync::Blocking => Some(cuda_sched::CudaSync::Blocking),
-            };
-            if let Some(sync) = sync {
-                match cuda_sched::set_sync(n, sync) {
-                    Ok(()) => tracing::debug!(?sync, device = n, "CUDA wait policy set"),
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        ?sync,
-                        "could not set CUDA's wait policy; CUDA's default (auto) applies"
-                    ),
-                }
-            }
             let cuda = ep::CUDA::default()
                 .with_device_id(n as i32)
                 .with_conv_algorithm_search(match options.conv_algo_search {

@@ -1,12 +1,6 @@
-//! The backend's own OS thread: takes batches from the queue task, pads them, runs them, and
-//! hands each batch's answers to a task on the runtime, which answers every query with its
-//! logits. What it measures goes to an [`Observer`] (the core implements it), so this module
-//! knows nothing of metrics or HTTP.
-//!
-//! Why a task answers and not this thread: a wake from outside the runtime goes through its
-//! shared injection queue (a lock) and wakes a parked runtime thread (a futex call), once per
-//! query, a few hundred times per batch on a GPU. From a task on the runtime, the woken requests
-//! land on that thread's own run queue, and idle threads steal them from there.
+//! The backend's own OS thread: takes batches from the queue task, pads them, runs them, answers
+//! each query with its logits. What it measures goes to an [`Observer`] (the core implements it),
+//! so this module knows nothing of metrics or HTTP.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -15,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Answer, BackendLoad, Batch, Entry, Pending};
+use super::{BackendLoad, Batch, Entry, Pending};
 use crate::backend::{Backend, InputBatch};
 
 /// One batch, as run.
@@ -54,34 +48,9 @@ impl Drop for Finished<'_> {
     }
 }
 
-/// One batch's answers, on their way to the task that sends them.
-struct Answered {
-    /// The batch's backend time (for each query's trace line).
-    elapsed: Duration,
-    answers: Vec<(Entry, Answer)>,
-}
-
-impl Answered {
-    fn send(self) {
-        let inference_ms = self.elapsed.as_secs_f64() * 1e3;
-        for (entry, answer) in self.answers {
-            entry.span.in_scope(|| tracing::trace!(inference_ms, "answered"));
-            let _ = entry.respond.send(answer);
-        }
-    }
-}
-
-/// Sends the answers the backend thread hands over, until it is gone.
-async fn deliver(mut answered: mpsc::UnboundedReceiver<Answered>) {
-    while let Some(batch) = answered.recv().await {
-        batch.send();
-    }
-}
-
-/// Runs `backend` on a new thread named `name` until `batches` is closed, and the task that
-/// answers its queries. `setup` runs first, on that thread (to lower its priority, say) and makes
-/// the backend there: a backend whose library starts threads of its own starts them from this
-/// one. Must be called within a tokio runtime.
+/// Runs `backend` on a new thread named `name` until `batches` is closed. `setup` runs first, on
+/// that thread (to lower its priority, say) and makes the backend there: a backend whose
+/// library starts threads of its own starts them from this one.
 pub fn spawn<B, F>(
     name: &str,
     setup: F,
@@ -93,23 +62,15 @@ where
     B: Backend,
     F: FnOnce() -> Option<B> + Send + 'static,
 {
-    let (answers, answered) = mpsc::unbounded_channel();
-    tokio::spawn(deliver(answered));
     std::thread::Builder::new().name(name.into()).spawn(move || {
         let Some(mut backend) = setup() else { return };
         while let Some(batch) = batches.blocking_recv() {
-            run_batch(&mut backend, batch, &backend_load, &*observer, &answers);
+            run_batch(&mut backend, batch, &backend_load, &*observer);
         }
     })
 }
 
-fn run_batch<B: Backend>(
-    backend: &mut B,
-    batch: Batch<Entry>,
-    load: &BackendLoad,
-    obs: &dyn Observer,
-    answers: &mpsc::UnboundedSender<Answered>,
-) {
+fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, load: &BackendLoad, obs: &dyn Observer) {
     let _finished = Finished(load);
     let started = Instant::now();
     let (live, gone): (Vec<_>, Vec<_>) = batch.entries.into_iter().partition(|q| !q.item.is_cancelled());
@@ -134,16 +95,19 @@ fn run_batch<B: Backend>(
     let elapsed = started.elapsed();
     let rows = live.len();
     obs.ran(&BatchReport { rows, padded_len: input.seq_len, elapsed, total_wait });
-    let answers_of_batch = match result {
-        Ok(logits) => live.into_iter().zip(logits).map(|(q, logits)| (q.item, Ok(logits))).collect(),
+    match result {
+        Ok(logits) => {
+            for (q, logits) in live.into_iter().zip(logits) {
+                q.item.span.in_scope(|| tracing::trace!(inference_ms = elapsed.as_secs_f64() * 1e3, "answered"));
+                let _ = q.item.respond.send(Ok(logits));
+            }
+        }
         Err(e) => {
             tracing::error!(error = %e, rows, "batch failed");
-            live.into_iter().map(|q| (q.item, Err(e.clone()))).collect()
+            for q in live {
+                let _ = q.item.respond.send(Err(e.clone()));
+            }
         }
-    };
-    if let Err(mpsc::error::SendError(batch)) = answers.send(Answered { elapsed, answers: answers_of_batch }) {
-        // The runtime is shutting down and its task is gone: answer from here.
-        batch.send();
     }
     obs.done();
 }
