@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds or flag sets compared in one GPU sitting, interleaved: each round runs benches/gpu/run.sh
+# once per configuration, in the order given, so that whatever drifts on the machine during the
+# sitting (clocks, another tenant, the page cache) reaches every configuration alike. Copies each
+# run's summary to OUT_DIR/NAME-rROUND.md (only summaries: the device tool returns few files).
+#
+#   bash benches/gpu/ab.sh OUT_DIR MODEL_DIR 'NAME|APP_DIR|EXTRA WORKER FLAGS[|GATEWAY FLAGS]' ...
+#
+# e.g. ROUNDS=1 ONLY=worker,gateway bash benches/gpu/ab.sh "$OUT" models/build/gpu \
+#        'base|.gpu/base|' 'new|.gpu/app2|' 'blocking|.gpu/app2|--cuda-sync blocking'
+#
+# Settings: ROUNDS [1] and FIRST_ROUND [1] (a device call lasts at most 10 minutes: one round per
+# call), BASE_FLAGS (the worker flags every configuration shares; run.sh's WORKER_FLAGS default),
+# and run.sh's own (ONLY, DURATION, PERF, ...), passed through.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=$1 model=$2
+shift 2
+ROUNDS=${ROUNDS:-1}
+FIRST_ROUND=${FIRST_ROUND:-1}
+BASE_FLAGS=${BASE_FLAGS:---max-batch-rows 256 --max-batch-tokens 16384 --max-queue-delay 1ms --queue-capacity 8192}
+work=${TMPDIR:-/tmp}/gpu-ab
+mkdir -p "$out" "$work"
+for ((r = FIRST_ROUND; r < FIRST_ROUND + ROUNDS; r++)); do
+  for cfg in "$@"; do
+    IFS='|' read -r name app flags gflags <<<"$cfg"
+    run=$work/$name-r$r
+    rm -rf "$run"
+    echo "== round $r: $name ($app${flags:+, worker $flags}${gflags:+, gateway $gflags})"
+    VARIANTS="${VARIANTS:-}" WORKER_FLAGS="$BASE_FLAGS $flags" GATEWAY_FLAGS="$gflags" bash benches/gpu/run.sh "$app" "$model" "$run" \
+      >"$run.log" 2>&1 || echo "   run.sh exited $?"
+    if [ -f "$run/summary.md" ]; then
+      { echo "ab.sh round $r, $name: $app ($(cat "$app/commit.txt" 2>/dev/null || echo '?')); worker flags: $BASE_FLAGS $flags; gateway flags: ${gflags:-none}"
+        echo
+        cat "$run/summary.md"; } >"$out/$name-r$r.md"
+      grep -E '^\| c(1|512) ' "$run/summary.md" | cut -d'|' -f2-8 | sed 's/^/   /'
+    else
+      echo "   no summary; last lines of its log:"
+      tail -n 5 "$run.log" | sed 's/^/   /'
+    fi
+  done
+done
