@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{FakeWorker, Mode, TestGateway, client, config, get, post, wait_for};
+use common::{FakeWorker, Mode, TestGateway, client, config, get, post, send, wait_for};
 use gateway::Health;
 use http::StatusCode;
 
@@ -112,10 +112,10 @@ async fn oversized_body_is_413_too_large() {
     // Answered before any worker, and counted all the same, as are a wrong method and an
     // unknown pool.
     let c = client();
-    let r = c.delete(format!("{}/predict", gw.url)).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
-    let r = c.get(format!("{}/pools/nope/predict?query=hi", gw.url)).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = send(&c, "DELETE", &format!("{}/predict", gw.url), None).await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    let r = get(&c, &format!("{}/pools/nope/predict?query=hi", gw.url)).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
     let text = gw.metrics().await;
     for outcome in ["too_large", "method_not_allowed", "not_found"] {
         let line = format!("gateway_requests_total{{pool=\"\",worker=\"none\",outcome=\"{outcome}\"}} 1");

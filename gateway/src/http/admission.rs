@@ -116,10 +116,7 @@ impl Admission {
     /// are, under no pool and no worker, its outcome the error's type. (Admission refusals count
     /// themselves, and the forward counts every request it answers.)
     pub(crate) fn answered_early(&self, error: &RequestError) {
-        let labels = RequestLabels {
-            outcome: error.error_type().as_str().to_owned(),
-            ..self.rejected_labels.clone()
-        };
+        let labels = RequestLabels { outcome: error.error_type().as_str().to_owned(), ..self.rejected_labels.clone() };
         self.requests_total.get_or_create(&labels).inc();
     }
 
