@@ -131,7 +131,8 @@ impl Metrics {
         r.register(
             "requests",
             "Client requests by pool, worker and outcome (pool \"\" and worker \"none\": answered before \
-             reaching a pool: refused at admission, a body too large, late or malformed, an unknown pool)",
+             reaching a pool: refused at admission, a wrong method, a body too large, late or malformed, an unknown \
+             pool)",
             self.requests.clone(),
         );
         r.register(

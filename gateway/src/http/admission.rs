@@ -111,8 +111,8 @@ impl Admission {
         }
     }
 
-    /// A predict request answered with `error` before it reached a worker (a body too large,
-    /// late or malformed; an unknown pool): counted in `gateway_requests_total` as the refusals
+    /// A predict request answered with `error` before it reached a worker (a wrong method; a body
+    /// too large, late or malformed; an unknown pool): counted in `gateway_requests_total` as the refusals
     /// are, under no pool and no worker, its outcome the error's type. (Admission refusals count
     /// themselves, and the forward counts every request it answers.)
     pub(crate) fn answered_early(&self, error: &RequestError) {
