@@ -60,6 +60,8 @@ pub struct Parts {
     pub capacity: Capacity,
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
+    /// Backend threads (sessions) per lane, at least 1.
+    pub sessions: usize,
 }
 
 #[derive(Debug)]
@@ -85,7 +87,7 @@ impl Core {
         B: Backend,
         F: Fn(Class) -> Option<B> + Send + Sync + 'static,
     {
-        let Parts { encoder, labels, limits, batch_limits, capacity, stats, metrics } = parts;
+        let Parts { encoder, labels, limits, batch_limits, capacity, stats, metrics, sessions } = parts;
         let admission = Arc::new(Admission::new(capacity));
         let shared = lanes::Shared {
             batch_limits,
@@ -94,6 +96,7 @@ impl Core {
             stats: stats.clone(),
             metrics: metrics.clone(),
             make_backend: Arc::new(make_backend),
+            sessions: sessions.max(1),
         };
         let lanes = [lanes::start(Class::Light, &shared)?, lanes::start(Class::Heavy, &shared)?];
         Ok(Self {
