@@ -36,13 +36,6 @@ pub struct Config {
     #[arg(long, env = "WORKER_THREADS", default_value_t = 0)]
     pub threads: usize,
 
-    /// Backend threads per lane, each with its own ONNX Runtime session (with CUDA, its own
-    /// stream), taking the lane's batches in turn: while one batch runs on the GPU, the next
-    /// one's host work (padding, copies, kernel launches, waiting) goes on beside it. On the CPU
-    /// keep 1: the sessions would share the same cores.
-    #[arg(long, env = "WORKER_LANE_SESSIONS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
-    pub lane_sessions: u16,
-
     /// Threads of the async runtime (HTTP, tokenizing, batching); 0: one per CPU this process may
     /// run on. Fewer leave cores to the backend, or to a load generator on the same machine.
     #[arg(long, env = "WORKER_RUNTIME_THREADS", default_value_t = 0)]

@@ -92,8 +92,7 @@ where
     let metrics = Arc::new(Metrics::register(&mut registry));
     let listener_metrics = listener::Metrics::register(&mut registry, "worker");
 
-    let sessions = usize::from(config.lane_sessions.max(1));
-    let (loaded_tx, mut loaded_rx) = mpsc::channel(Class::ALL.len() * sessions);
+    let (loaded_tx, mut loaded_rx) = mpsc::channel(Class::ALL.len());
     let setup = move |class| {
         let made = make_backend(class);
         let (report, backend) = match made {
@@ -120,10 +119,9 @@ where
         },
         stats: stats.clone(),
         metrics: metrics.clone(),
-        sessions,
     };
     let core = Arc::new(Core::start(parts, setup).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?);
-    for _ in 0..Class::ALL.len() * sessions {
+    for _ in Class::ALL {
         let loaded = loaded_rx.recv().await;
         loaded.ok_or_else(|| StartupError::Other("a backend thread ended while loading".into()))??;
     }

@@ -72,28 +72,15 @@ impl Pending for Entry {
     }
 }
 
-/// Batches handed to the lane's backends and not yet finished, shared by the queue task and the
-/// backend threads. The queue cuts a partial batch only when a backend is free (fewer pending
-/// than backends).
-#[derive(Debug)]
+/// Batches handed to the backend and not yet finished, shared by the queue task and the backend
+/// thread. The queue cuts a partial batch only when this is zero.
+#[derive(Debug, Default)]
 pub struct BackendLoad {
     pending: AtomicUsize,
-    backends: usize,
     finished: Notify,
 }
 
-impl Default for BackendLoad {
-    fn default() -> Self {
-        Self::new(1)
-    }
-}
-
 impl BackendLoad {
-    /// For `backends` backend threads taking the lane's batches (at least 1).
-    pub fn new(backends: usize) -> Self {
-        Self { pending: AtomicUsize::new(0), backends: backends.max(1), finished: Notify::new() }
-    }
-
     /// The queue task hands a batch over.
     pub fn handed(&self) {
         self.pending.fetch_add(1, Ordering::SeqCst);
@@ -105,9 +92,8 @@ impl BackendLoad {
         self.finished.notify_one();
     }
 
-    /// A backend is free: fewer batches pending than backends.
     pub fn is_idle(&self) -> bool {
-        self.pending.load(Ordering::SeqCst) < self.backends
+        self.pending.load(Ordering::SeqCst) == 0
     }
 
     /// Resolves after the next [`finished`](Self::finished) (or at once if one was missed).

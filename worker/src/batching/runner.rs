@@ -2,7 +2,7 @@
 //! each query with its logits. What it measures goes to an [`Observer`] (the core implements it),
 //! so this module knows nothing of metrics or HTTP.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -35,8 +35,8 @@ pub trait Observer: Send + Sync + 'static {
     fn waited(&self, wait: Duration);
     /// The batch ran (called before its queries are answered, so figures are in place first).
     fn ran(&self, report: &BatchReport);
-    /// The batch that started with `rows` queries and `tokens` tokens is answered.
-    fn done(&self, rows: usize, tokens: usize);
+    /// Its queries are answered: nothing is in flight.
+    fn done(&self);
 }
 
 /// Tells the queue a batch is finished on every way out of [`run_batch`].
@@ -50,12 +50,11 @@ impl Drop for Finished<'_> {
 
 /// Runs `backend` on a new thread named `name` until `batches` is closed. `setup` runs first, on
 /// that thread (to lower its priority, say) and makes the backend there: a backend whose
-/// library starts threads of its own starts them from this one. Several threads may share
-/// `batches` (each takes the next batch when it is free).
+/// library starts threads of its own starts them from this one.
 pub fn spawn<B, F>(
     name: &str,
     setup: F,
-    batches: Arc<Mutex<mpsc::Receiver<Batch<Entry>>>>,
+    mut batches: mpsc::Receiver<Batch<Entry>>,
     backend_load: Arc<BackendLoad>,
     observer: Arc<dyn Observer>,
 ) -> std::io::Result<JoinHandle<()>>
@@ -65,13 +64,7 @@ where
 {
     std::thread::Builder::new().name(name.into()).spawn(move || {
         let Some(mut backend) = setup() else { return };
-        // The lock is held while waiting: the other threads sharing the queue wait for it, and
-        // the next free thread takes the next batch.
-        let next = || match batches.lock() {
-            Ok(mut rx) => rx.blocking_recv(),
-            Err(poisoned) => poisoned.into_inner().blocking_recv(),
-        };
-        while let Some(batch) = next() {
+        while let Some(batch) = batches.blocking_recv() {
             run_batch(&mut backend, batch, &backend_load, &*observer);
         }
     })
@@ -87,8 +80,7 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, load: &BackendLoa
     if live.is_empty() {
         return;
     }
-    let tokens = live.iter().map(|q| q.item.tokens()).sum();
-    obs.started(live.len(), tokens);
+    obs.started(live.len(), live.iter().map(|q| q.item.tokens()).sum());
     let mut total_wait = Duration::ZERO;
     for q in &live {
         let wait = started.saturating_duration_since(q.item.admitted_at);
@@ -117,5 +109,5 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, load: &BackendLoa
             }
         }
     }
-    obs.done(rows, tokens);
+    obs.done();
 }

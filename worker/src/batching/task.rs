@@ -188,30 +188,6 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn with_two_backends_a_second_batch_leaves_while_the_first_runs() {
-        let (in_tx, in_rx) = mpsc::channel(64);
-        let (out_tx, mut out_rx) = mpsc::channel(1);
-        let backend = Arc::new(BackendLoad::new(2));
-        tokio::spawn(run(limits(32, 0), in_rx, out_tx, backend.clone(), ignore));
-        let t0 = Instant::now();
-        in_tx.send(Q(3)).await.unwrap();
-        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
-        // The first backend works on it (never finished here); the second is free, so the next
-        // query leaves at once instead of waiting for the first batch.
-        in_tx.send(Q(3)).await.unwrap();
-        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
-        assert_eq!(Instant::now(), t0);
-        // Both busy: queries gather until one finishes, then leave together.
-        for _ in 0..3 {
-            in_tx.send(Q(3)).await.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(out_rx.try_recv().is_err(), "both backends busy: nothing is cut");
-        backend.finished();
-        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 3);
-    }
-
-    #[tokio::test(start_paused = true)]
     async fn a_full_batch_is_prefetched_while_the_backend_is_busy() {
         let (in_tx, in_rx) = mpsc::channel(64);
         let (out_tx, mut out_rx) = mpsc::channel(1);

@@ -166,21 +166,9 @@ impl Admission {
         self.lock().queries()
     }
 
-    /// A batch of `lane` of `queries` queries and `tokens` tokens starts running (told by the
-    /// backend thread; a lane with several sessions runs several at once).
-    pub fn add_in_flight(&self, lane: Class, queries: u64, tokens: u64) {
-        let mut u = self.lock();
-        let held = &mut u.in_flight[lane.index()];
-        held.queries += queries;
-        held.tokens += tokens;
-    }
-
-    /// That batch is answered.
-    pub fn remove_in_flight(&self, lane: Class, queries: u64, tokens: u64) {
-        let mut u = self.lock();
-        let held = &mut u.in_flight[lane.index()];
-        held.queries = held.queries.saturating_sub(queries);
-        held.tokens = held.tokens.saturating_sub(tokens);
+    /// Set from `lane`'s backend thread to the batch it runs (zeros between batches).
+    pub fn set_in_flight(&self, lane: Class, queries: u64, tokens: u64) {
+        self.lock().in_flight[lane.index()] = Held { queries, tokens };
     }
 
     pub fn stats(&self, limits: Limits) -> QueueStats {
@@ -262,13 +250,13 @@ mod tests {
         assert_eq!(a.try_admit(2, 10).unwrap_err(), Refused::Queries, "only one place left");
         let mut t2 = a.try_admit(1, 10).expect("the last place");
         t2.charge(20).unwrap();
-        a.add_in_flight(Class::Light, 1, 20);
+        a.set_in_flight(Class::Light, 1, 20);
         let s = a.stats(limits());
         assert_eq!((s.queued, s.in_flight, s.capacity), (3, 1, 4));
         assert_eq!((s.queued_tokens, s.in_flight_tokens, s.capacity_tokens), (0, 20, 1000));
         drop(t1);
         drop(t2);
-        a.remove_in_flight(Class::Light, 1, 20);
+        a.set_in_flight(Class::Light, 0, 0);
         assert_eq!(a.outstanding(), 0);
         assert_eq!(a.stats(limits()).queued_tokens, 0);
         assert!(a.try_admit(5, 10).is_err(), "more than the capacity never fits");

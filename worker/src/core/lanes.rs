@@ -1,13 +1,12 @@
 //! The lanes: one per request class, each a queue, a batching task and a backend thread of its
-//! own, or several (`--lane-sessions`: each its own session, taking the lane's batches in turn)
-//! (`Admission` decides the class). A light request's queries never wait behind a heavy
+//! own (`Admission` decides the class). A light request's queries never wait behind a heavy
 //! request's batch; when both lanes have work the operating system shares the CPU between their
 //! backend threads, and the heavy lane's thread runs at a lower priority (`nice` +5 on Linux, a
 //! CFS weight of 335 against 1024: about a quarter of a contended core), so cheap requests keep
 //! most of their throughput while heavy ones still make progress. On a GPU the two lanes' batches
 //! interleave on the device.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
@@ -31,8 +30,6 @@ pub(super) struct Shared<F> {
     pub metrics: Arc<Metrics>,
     /// Makes the lane's backend, on the lane's thread.
     pub make_backend: Arc<F>,
-    /// Backend threads (sessions) per lane, at least 1.
-    pub sessions: usize,
 }
 
 /// Starts `class`'s lane; returns the sender of its queue. Must be called within a runtime.
@@ -43,8 +40,7 @@ where
 {
     let (queue_tx, queue_rx) = mpsc::channel(shared.queue_capacity.max(1));
     let (batch_tx, batch_rx) = mpsc::channel(1);
-    let batch_rx = Arc::new(Mutex::new(batch_rx));
-    let backend_load = Arc::new(BackendLoad::new(shared.sessions));
+    let backend_load = Arc::new(BackendLoad::default());
     let cancelled = shared.metrics.cancelled.clone();
     tokio::spawn(batching::task::run(shared.batch_limits, queue_rx, batch_tx, backend_load.clone(), move |n| {
         cancelled.inc_by(n);
@@ -55,17 +51,14 @@ where
         stats: shared.stats.clone(),
         metrics: shared.metrics.clone(),
     });
-    for _ in 0..shared.sessions.max(1) {
-        let make = shared.make_backend.clone();
-        let setup = move || {
-            if class == Class::Heavy {
-                lower_priority();
-            }
-            make(class)
-        };
-        let (batches, load, observer) = (batch_rx.clone(), backend_load.clone(), observer.clone());
-        batching::runner::spawn(&format!("backend-{}", class.as_str()), setup, batches, load, observer)?;
-    }
+    let make = shared.make_backend.clone();
+    let setup = move || {
+        if class == Class::Heavy {
+            lower_priority();
+        }
+        make(class)
+    };
+    batching::runner::spawn(&format!("backend-{}", class.as_str()), setup, batch_rx, backend_load, observer)?;
     Ok(queue_tx)
 }
 

@@ -60,8 +60,6 @@ pub struct Parts {
     pub capacity: Capacity,
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
-    /// Backend threads (sessions) per lane, at least 1.
-    pub sessions: usize,
 }
 
 #[derive(Debug)]
@@ -87,7 +85,7 @@ impl Core {
         B: Backend,
         F: Fn(Class) -> Option<B> + Send + Sync + 'static,
     {
-        let Parts { encoder, labels, limits, batch_limits, capacity, stats, metrics, sessions } = parts;
+        let Parts { encoder, labels, limits, batch_limits, capacity, stats, metrics } = parts;
         let admission = Arc::new(Admission::new(capacity));
         let shared = lanes::Shared {
             batch_limits,
@@ -96,7 +94,6 @@ impl Core {
             stats: stats.clone(),
             metrics: metrics.clone(),
             make_backend: Arc::new(make_backend),
-            sessions: sessions.max(1),
         };
         let lanes = [lanes::start(Class::Light, &shared)?, lanes::start(Class::Heavy, &shared)?];
         Ok(Self {

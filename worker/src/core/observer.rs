@@ -26,7 +26,7 @@ impl Observer for Telemetry {
     }
 
     fn started(&self, rows: usize, tokens: usize) {
-        self.admission.add_in_flight(self.lane, rows as u64, tokens as u64);
+        self.admission.set_in_flight(self.lane, rows as u64, tokens as u64);
     }
 
     fn waited(&self, wait: Duration) {
@@ -40,7 +40,7 @@ impl Observer for Telemetry {
         self.stats.batch(Instant::now(), r.rows as u64, r.padded_len as u64, r.elapsed, r.total_wait);
     }
 
-    fn done(&self, rows: usize, tokens: usize) {
-        self.admission.remove_in_flight(self.lane, rows as u64, tokens as u64);
+    fn done(&self) {
+        self.admission.set_in_flight(self.lane, 0, 0);
     }
 }
