@@ -10,15 +10,15 @@
 #        'base|.gpu/base|' 'new|.gpu/app2|' 'blocking|.gpu/app2|--cuda-sync blocking'
 #
 # Settings: ROUNDS [1] and FIRST_ROUND [1] (a device call lasts at most 10 minutes: one round per
-# call), BASE_FLAGS (the worker flags every configuration shares; run.sh's WORKER_FLAGS default),
-# and run.sh's own (ONLY, DURATION, PERF, ...), passed through.
+# call), and run.sh's own (WORKER_FLAGS: what every configuration shares; ONLY, DURATION, PERF,
+# ...), passed through; each configuration's flags go to run.sh as EXTRA_WORKER_FLAGS and
+# GATEWAY_FLAGS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$1 model=$2
 shift 2
 ROUNDS=${ROUNDS:-1}
 FIRST_ROUND=${FIRST_ROUND:-1}
-BASE_FLAGS=${BASE_FLAGS:---max-batch-rows 256 --max-batch-tokens 16384 --max-queue-delay 1ms --queue-capacity 8192}
 work=${TMPDIR:-/tmp}/gpu-ab
 mkdir -p "$out" "$work"
 for ((r = FIRST_ROUND; r < FIRST_ROUND + ROUNDS; r++)); do
@@ -27,10 +27,12 @@ for ((r = FIRST_ROUND; r < FIRST_ROUND + ROUNDS; r++)); do
     run=$work/$name-r$r
     rm -rf "$run"
     echo "== round $r: $name ($app${flags:+, worker $flags}${gflags:+, gateway $gflags})"
-    VARIANTS="${VARIANTS:-}" WORKER_FLAGS="$BASE_FLAGS $flags" GATEWAY_FLAGS="$gflags" bash benches/gpu/run.sh "$app" "$model" "$run" \
+    VARIANTS="${VARIANTS:-}" EXTRA_WORKER_FLAGS="$flags" GATEWAY_FLAGS="$gflags" bash benches/gpu/run.sh "$app" "$model" "$run" \
       >"$run.log" 2>&1 || echo "   run.sh exited $?"
     if [ -f "$run/summary.md" ]; then
-      { echo "ab.sh round $r, $name: $app ($(cat "$app/commit.txt" 2>/dev/null || echo '?')); worker flags: $BASE_FLAGS $flags; gateway flags: ${gflags:-none}"
+      # The flags the worker ran with, as run.sh logged them.
+      used=$(sed -n 's/^== worker [^ ]* ([^)]*) \(.*\), started in .*/\1/p' "$run.log" | head -n 1)
+      { echo "ab.sh round $r, $name: $app ($(cat "$app/commit.txt" 2>/dev/null || echo '?')); worker flags: $used; gateway flags: ${gflags:-none}"
         echo
         cat "$run/summary.md"; } >"$out/$name-r$r.md"
       grep -E '^\| c(1|512) ' "$run/summary.md" | cut -d'|' -f2-8 | sed 's/^/   /'

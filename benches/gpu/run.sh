@@ -34,7 +34,7 @@
 # 80000 100000 120000 150000 180000] (STEP [5s] each), VARIANTS (';'-separated worker flag sets,
 # default "--io-binding;--threads 16 --ort-spinning on" (the second is about the old defaults:
 # ONNX Runtime's pool of one thread per core, spinning); empty: none), WORKER_FLAGS (the main worker's flags,
-# default below), GATEWAY_FLAGS (more gateway flags, e.g. `--threads 8`), LOADTEST_THREADS [0: one per CPU], PERF [perf], ONLY (comma list of the sections
+# default below), EXTRA_WORKER_FLAGS (appended to them), GATEWAY_FLAGS (more gateway flags, e.g. `--threads 8`), LOADTEST_THREADS [0: one per CPU], PERF [perf], ONLY (comma list of the sections
 # worker,knee,gateway,variants,fake to run; default all), DEVICE [cuda:0] (`cpu` for a dry run
 # without a GPU).
 set -euo pipefail
@@ -48,6 +48,7 @@ KNEE_RATES=${KNEE_RATES:-"20000 40000 60000 80000 100000 120000 150000 180000"}
 STEP=${STEP:-5s}
 VARIANTS=${VARIANTS---io-binding;--threads 16 --ort-spinning on}
 WORKER_FLAGS=${WORKER_FLAGS:---max-batch-rows 256 --max-batch-tokens 16384 --max-queue-delay 1ms --queue-capacity 8192}
+WORKER_FLAGS="$WORKER_FLAGS${EXTRA_WORKER_FLAGS:+ $EXTRA_WORKER_FLAGS}"
 GATEWAY_FLAGS=${GATEWAY_FLAGS:-}
 LOADTEST_THREADS=${LOADTEST_THREADS:-0}
 PERF=${PERF:-perf}
