@@ -112,9 +112,9 @@ impl Admission {
     }
 
     /// A predict request answered with `error` before it reached a worker (a wrong method; a body
-    /// too large, late or malformed; an unknown pool): counted in `gateway_requests_total` as the refusals
-    /// are, under no pool and no worker, its outcome the error's type. (Admission refusals count
-    /// themselves, and the forward counts every request it answers.)
+    /// too large, late or malformed; an unknown pool): counted in `gateway_requests_total` as the
+    /// refusals are, under no pool and no worker, its outcome the error's type. (Admission
+    /// refusals count themselves, and the forward counts every request it answers.)
     pub(crate) fn answered_early(&self, error: &RequestError) {
         let labels = RequestLabels { outcome: error.error_type().as_str().to_owned(), ..self.rejected_labels.clone() };
         self.requests_total.get_or_create(&labels).inc();
