@@ -30,11 +30,12 @@
 # scripts/lib/start.sh; python3 and curl. ONNX Runtime's CUDA build: ORT_DYLIB_PATH (with
 # libonnxruntime_providers_cuda.so beside it), or `scripts/fetch-ort.sh gpu` fetches it. CUDA 13 and
 # cuDNN 9 libraries on LD_LIBRARY_PATH or found on disk (looked up below).
-# Settings: DURATION [8s] per closed-loop step (after WARMUP [2s]), KNEE_RATES [20000 40000 60000
+# Settings: CLIENTS ["1 128 512"] (the closed-loop steps of the worker and gateway sections),
+# DURATION [8s] per closed-loop step (after WARMUP [2s]), KNEE_RATES [20000 40000 60000
 # 80000 100000 120000 150000 180000] (STEP [5s] each), VARIANTS (';'-separated worker flag sets,
 # default "--io-binding;--threads 16 --ort-spinning on" (the second is about the old defaults:
 # ONNX Runtime's pool of one thread per core, spinning); empty: none), WORKER_FLAGS (the main worker's flags,
-# default below), EXTRA_WORKER_FLAGS (appended to them), GATEWAY_FLAGS (more gateway flags, e.g. `--threads 8`), LOADTEST_THREADS [0: one per CPU], PERF [perf], ONLY (comma list of the sections
+# default below), EXTRA_WORKER_FLAGS (appended to them, replacing any flag of the same name), GATEWAY_FLAGS (more gateway flags, e.g. `--threads 8`), LOADTEST_THREADS [0: one per CPU], PERF [perf], ONLY (comma list of the sections
 # worker,knee,gateway,variants,fake to run; default all), DEVICE [cuda:0] (`cpu` for a dry run
 # without a GPU).
 set -euo pipefail
@@ -48,7 +49,14 @@ KNEE_RATES=${KNEE_RATES:-"20000 40000 60000 80000 100000 120000 150000 180000"}
 STEP=${STEP:-5s}
 VARIANTS=${VARIANTS---io-binding;--threads 16 --ort-spinning on}
 WORKER_FLAGS=${WORKER_FLAGS:---max-batch-rows 256 --max-batch-tokens 16384 --max-queue-delay 1ms --queue-capacity 8192}
-WORKER_FLAGS="$WORKER_FLAGS${EXTRA_WORKER_FLAGS:+ $EXTRA_WORKER_FLAGS}"
+# A flag in EXTRA_WORKER_FLAGS replaces the same flag of WORKER_FLAGS (each of these takes one
+# value; the worker refuses a flag given twice).
+for f in ${EXTRA_WORKER_FLAGS:-}; do
+  [[ $f == --* ]] || continue
+  WORKER_FLAGS=$(sed -E "s/(^| )$f( [^-][^ ]*)?( |\$)/ /" <<<"$WORKER_FLAGS")
+done
+WORKER_FLAGS=$(echo $WORKER_FLAGS${EXTRA_WORKER_FLAGS:+ $EXTRA_WORKER_FLAGS})
+CLIENTS=${CLIENTS:-1 128 512}
 GATEWAY_FLAGS=${GATEWAY_FLAGS:-}
 LOADTEST_THREADS=${LOADTEST_THREADS:-0}
 PERF=${PERF:-perf}
@@ -102,6 +110,7 @@ else git rev-parse --short HEAD 2>/dev/null >"$out/commit.txt" || echo unknown >
 "$app/worker" --version >>"$out/commit.txt" 2>/dev/null || true
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; } # the whole machine
 hz=$(getconf CLK_TCK)
 
 # Per thread group (the thread name without its number) CPU ticks of process $1, as JSON.
@@ -158,15 +167,20 @@ step() {
     (while true; do curl -s "$stats_url/v1/stats" >>"$statsf" && echo >>"$statsf"; sleep 0.25; done) & spid=$!
   fi
   local th0; th0=$(thread_ticks "$wpid")
+  local g0=0 g1=0 m0 m1; [ -n "${gpid:-}" ] && g0=$(cpu_ticks "$gpid")
+  m0=$(busy_ticks)
   t0=$(cpu_ticks "$wpid")
   "$app/loadtest" --url "$target" --threads "$LOADTEST_THREADS" --warmup 0s --json "${dur[@]}" "$@" \
     >"$out/$section-${label%%:*}.json" 2>>"$out/loadtest.stderr" || true
   t1=$(cpu_ticks "$wpid")
+  m1=$(busy_ticks)
+  [ -n "${gpid:-}" ] && g1=$(cpu_ticks "$gpid")
   local th1; th1=$(thread_ticks "$wpid")
   [ -n "$spid" ] && { kill "$spid"; wait "$spid" 2>/dev/null || true; }
-  python3 - "$section" "$label" "$((t1 - t0))" "$hz" "$out/$section-${label%%:*}.json" "$statsf" "$th0" "$th1" <<'PY' >>"$steps"
+  python3 - "$section" "$label" "$((t1 - t0))" "$hz" "$out/$section-${label%%:*}.json" "$statsf" "$th0" "$th1" \
+    "$((g1 - g0))" "$((m1 - m0))" <<'PY' >>"$steps"
 import json, statistics, sys
-section, label, ticks, hz, res, statsf, th0, th1 = sys.argv[1:]
+section, label, ticks, hz, res, statsf, th0, th1, gticks, mticks = sys.argv[1:]
 phases = [json.loads(l) for l in open(res) if l.strip().startswith("{")]
 stats = []
 for l in open(statsf):
@@ -189,6 +203,11 @@ print(json.dumps({
     "section": section, "label": label, "phases": phases,
     "worker_cpu_s": cpu, "worker_cores": round(cpu / secs, 2),
     "cpu_us_per_req": round(cpu * 1e6 / ok, 1) if ok else None,
+    # The gateway's CPU in the gateway section; the whole machine's busy cores (load generator,
+    # gateway, worker and the rest) in every step.
+    "gateway_cores": round(int(gticks) / int(hz) / secs, 2) if int(gticks) else None,
+    "gateway_us_per_req": round(int(gticks) / int(hz) * 1e6 / ok, 1) if int(gticks) and ok else None,
+    "machine_busy_cores": round(int(mticks) / int(hz) / secs, 2),
     "threads_cores": {k: v for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v > 0.005},
     "gpu_util_pct": med(gpu), "mean_batch_rows": med(lambda r: r["batches"]["mean_rows"]),
     "mean_inference_ms": med(lambda r: r["batches"]["mean_inference_ms"]),
@@ -233,7 +252,7 @@ if want worker || want knee || want gateway; then
   check_answers "$addr" | tee "$out/sanity.txt"
   target=$addr
   if want worker; then
-    for c in 1 128 512; do step worker "c$c" "$addr" "$DURATION" -c "$c"; done
+    for c in $CLIENTS; do step worker "c$c" "$addr" "$DURATION" -c "$c"; done
     profile
   fi
   if want knee; then
@@ -245,8 +264,9 @@ if want worker || want knee || want gateway; then
     start_listening "$out/gateway" "$app/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$addr" $GATEWAY_FLAGS
     gaddr=$started_url gpid=$started_pid
     target=$gaddr
-    for c in 1 128 512; do step gateway "c$c" "$addr" "$DURATION" -c "$c"; done
+    for c in $CLIENTS; do step gateway "c$c" "$addr" "$DURATION" -c "$c"; done
     stop "$gpid"
+    gpid=""
   fi
   curl -s "$addr/v1/stats" >"$out/final-stats.json" || true
   stop "$wpid"

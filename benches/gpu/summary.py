@@ -34,13 +34,18 @@ def errors(p: dict) -> int:
 
 
 def closed_table(rows: list[dict]) -> list[str]:
-    out = ["| step | req/s | p50 ms | p99 ms | max ms | errors | worker cores | worker µs/req | GPU util % | batch rows | batch ms |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    gw = any(r.get("gateway_cores") for r in rows)
+    head = "| step | req/s | p50 ms | p99 ms | max ms | errors | worker cores | worker µs/req | GPU util % | batch rows | batch ms |"
+    head += " gateway cores | gateway µs/req |" * gw + " machine busy cores |"
+    out = [head, "|---|" + "---:|" * (head.count("|") - 2)]
     for r in rows:
         for p in r["phases"]:
-            out.append(f"| {r['label']} | {fmt(p['throughput_per_s'])} | {fmt(p['p50_ms'], 2)} | {fmt(p['p99_ms'], 2)} | "
-                       f"{fmt(p['max_ms'], 1)} | {errors(p)} | {fmt(r['worker_cores'], 2)} | {fmt(r['cpu_us_per_req'])} | "
-                       f"{fmt(r['gpu_util_pct'], 0)} | {fmt(r['mean_batch_rows'])} | {fmt(r['mean_inference_ms'], 2)} |")
+            line = (f"| {r['label']} | {fmt(p['throughput_per_s'])} | {fmt(p['p50_ms'], 2)} | {fmt(p['p99_ms'], 2)} | "
+                    f"{fmt(p['max_ms'], 1)} | {errors(p)} | {fmt(r['worker_cores'], 2)} | {fmt(r['cpu_us_per_req'])} | "
+                    f"{fmt(r['gpu_util_pct'], 0)} | {fmt(r['mean_batch_rows'])} | {fmt(r['mean_inference_ms'], 2)} |")
+            if gw:
+                line += f" {fmt(r.get('gateway_cores'), 2)} | {fmt(r.get('gateway_us_per_req'))} |"
+            out.append(line + f" {fmt(r.get('machine_busy_cores'), 2)} |")
     return out
 
 
