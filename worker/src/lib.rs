@@ -169,7 +169,7 @@ impl Worker {
         let core = self.state.core.clone();
         let server = listener::Server::new(tcp, self.listener.clone(), self.listener_metrics.clone());
         let _ = self.state.bodies.set(server.bodies());
-        let service = hyper_util::service::TowerToHyperService::new(http::app(self.state.clone()));
+        let service = hyper_util::service::TowerToHyperService::new(http::routes(self.state.clone()));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let serving = tokio::spawn(server.serve(service, async {
             let _ = stop_rx.await;

@@ -15,6 +15,7 @@
 //! their keep-alive connections before the listener closes them, so no request of theirs races
 //! with that close (as Envoy does while draining).
 
+use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,7 +60,17 @@ pub fn request_span() -> Span {
     IDENTITY.try_with(Identity::span).unwrap_or_else(|_| Span::none())
 }
 
-pub async fn request_context(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+pub async fn request_context(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    in_context(&state, req, |req| next.run(req)).await
+}
+
+/// What [`request_context`] does around a request, for any body type: the `/predict` fast path
+/// (`super::Routes`) runs its handlers in it too.
+pub async fn in_context<B, F, Fut>(state: &AppState, mut req: axum::http::Request<B>, run: F) -> Response
+where
+    F: FnOnce(axum::http::Request<B>) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let id = match req.headers().get(X_REQUEST_ID).filter(|v| is_printable(v, MAX_REQUEST_ID_LEN)) {
         Some(v) => v.clone(),
         None => {
@@ -72,9 +83,9 @@ pub async fn request_context(State(state): State<AppState>, mut req: Request, ne
     let identity = Identity { id, traceparent };
     // The backend thread's per-query line (`batching::runner`) logs on the span it is handed.
     let mut resp = if tracing::enabled!(target: "worker::batching::runner", Level::TRACE) {
-        next.run(req).instrument(identity.span()).await
+        run(req).instrument(identity.span()).await
     } else {
-        IDENTITY.scope(identity.clone(), next.run(req)).await
+        IDENTITY.scope(identity.clone(), run(req)).await
     };
     resp.headers_mut().insert(X_REQUEST_ID, identity.id);
     if state.core.is_draining() {

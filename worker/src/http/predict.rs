@@ -22,7 +22,12 @@ pub struct Call {
 }
 
 pub async fn get(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Response {
-    let call = parse_query(raw.as_deref().unwrap_or_default());
+    get_query(state, raw.as_deref()).await
+}
+
+/// `GET /predict` given its query string (what `RawQuery` extracts).
+pub async fn get_query(state: AppState, raw: Option<&str>) -> Response {
+    let call = parse_query(raw.unwrap_or_default());
     respond(state, call).await
 }
 
