@@ -19,9 +19,9 @@ use axum::response::Response;
 use axum::routing::get;
 use futures::FutureExt;
 use futures::future::Either;
-use tower::Service;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
+use tower::Service;
 use tower_http::catch_panic::CatchPanicLayer;
 use wire::{GpuTelemetry, ModelInfo};
 
