@@ -37,7 +37,9 @@
 # ONNX Runtime's pool of one thread per core, spinning); empty: none), WORKER_FLAGS (the main worker's flags,
 # default below), EXTRA_WORKER_FLAGS (appended to them, replacing any flag of the same name), GATEWAY_FLAGS (more gateway flags, e.g. `--threads 8`), LOADTEST_THREADS [0: one per CPU], PERF [perf], ONLY (comma list of the sections
 # worker,knee,gateway,variants,fake to run; default all), DEVICE [cuda:0] (`cpu` for a dry run
-# without a GPU).
+# without a GPU). The figures set against issue 14's goals (benches/RESULTS.md, GPU sittings 7-10)
+# were taken with CLIENTS="1 640 896" (768 for the gateway), EXTRA_WORKER_FLAGS="--runtime-threads 8"
+# and GATEWAY_FLAGS="--threads 8": at 512 clients the worker's batches do not fill.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"

@@ -113,14 +113,14 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         if req.uri().path() == "/predict" && matches!(*req.method(), Method::GET | Method::POST) {
-            let state = self.state.clone();
+            let (state, handler_state) = (self.state.clone(), self.state.clone());
             return Either::Left(Box::pin(async move {
-                let answer = context::in_context(&state.clone(), req, |req| {
+                let answer = context::in_context(&state, req, |req| {
                     let handler = async move {
                         if req.method() == Method::GET {
-                            predict::get_query(state, req.uri().query()).await
+                            predict::get_query(handler_state, req.uri().query()).await
                         } else {
-                            predict::post(axum::extract::State(state), Body::new(req.into_body())).await
+                            predict::post(axum::extract::State(handler_state), Body::new(req.into_body())).await
                         }
                     };
                     AssertUnwindSafe(handler).catch_unwind().map(|r| r.unwrap_or_else(error::panic_response))
