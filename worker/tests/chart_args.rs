@@ -33,9 +33,26 @@ fn the_charts_worker_arguments_parse_with_the_workers_parser() {
                 "{name}: grace {grace}s, drain {:?}",
                 config.drain_timeout
             );
+            // Batching takes the device's settings (values.yaml: the H100's for GPU pools, the
+            // worker's own defaults for CPU pools).
+            let batching =
+                (config.max_batch_rows, config.max_batch_tokens, config.max_queue_delay, config.queue_capacity);
             match config.device {
-                Device::Cuda(0) => gpu += 1,
-                Device::Cpu if name.starts_with("cpu-only") => cpu += 1,
+                Device::Cuda(0) => {
+                    gpu += 1;
+                    assert_eq!(batching, (256, 16384, Duration::from_millis(1), 8192), "{name}");
+                }
+                Device::Cpu if name.starts_with("cpu-only") => {
+                    cpu += 1;
+                    let defaults = worker::Config::parse_from(["worker"]);
+                    let expected = (
+                        defaults.max_batch_rows,
+                        defaults.max_batch_tokens,
+                        defaults.max_queue_delay,
+                        defaults.queue_capacity,
+                    );
+                    assert_eq!(batching, expected, "{name}");
+                }
                 other => panic!("{name}: device {other:?}"),
             }
         }
@@ -50,6 +67,15 @@ fn a_flag_the_worker_lacks_is_caught() {
     let args = &arg_lists(&render(&helm, &values, WORKERS, &["workerDefaults.extraArgs={--max-queries=16}"]))[0].args;
     let config = worker::Config::try_parse_from(argv("worker", args)).expect("parses");
     assert_eq!(config.max_queries, 16);
+    let set =
+        ["workerDefaults.maxBatchRows=64", "workerDefaults.maxQueueDelay=2ms", "workerDefaults.queueCapacity=100"];
+    let args = &arg_lists(&render(&helm, &values, WORKERS, &set))[0].args;
+    let config = worker::Config::try_parse_from(argv("worker", args)).expect("parses");
+    assert_eq!(
+        (config.max_batch_rows, config.max_batch_tokens, config.max_queue_delay, config.queue_capacity),
+        (64, 16384, Duration::from_millis(2), 100),
+        "a value set replaces the device's, the rest stay"
+    );
     let args = &arg_lists(&render(&helm, &values, WORKERS, &["workerDefaults.extraArgs={--no-such-flag}"]))[0].args;
     assert!(worker::Config::try_parse_from(argv("worker", args)).is_err());
 }
