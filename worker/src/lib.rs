@@ -81,9 +81,9 @@ where
     F: Fn(Class) -> Result<B, BackendError> + Send + Sync + 'static,
 {
     let batch_limits = Limits {
-        max_rows: config.max_batch_rows.max(1),
-        max_tokens: config.max_batch_tokens.max(1),
-        max_delay: config.max_queue_delay,
+        max_rows: config.max_batch_rows().max(1),
+        max_tokens: config.max_batch_tokens().max(1),
+        max_delay: config.max_queue_delay(),
         min_fill: config.min_batch_fill(),
     };
     let stats = Arc::new(Stats::new(config.stats_window));
@@ -113,7 +113,7 @@ where
         },
         batch_limits,
         capacity: Capacity {
-            queries: config.queue_capacity as u64,
+            queries: config.queue_capacity() as u64,
             tokens: config.queue_capacity_tokens,
             heavy_request_tokens: config.heavy_request_tokens,
         },
@@ -202,8 +202,8 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     let (path, device, n) = (model.model_path.clone(), config.device, model.labels.len());
     let options = config.session_options();
     tracing::info!(?options, "ONNX Runtime session settings");
-    let buckets = ShapeBuckets { max_rows: config.max_batch_rows.max(1), max_seq: model.max_tokens };
-    let max_tokens = config.max_batch_tokens;
+    let buckets = ShapeBuckets { max_rows: config.max_batch_rows().max(1), max_seq: model.max_tokens };
+    let max_tokens = config.max_batch_tokens();
     let worker = build(&config, model, move |_lane| {
         let backend = OrtBackend::load_with(&env, &path, &options, n)?;
         match device {
