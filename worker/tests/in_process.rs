@@ -1,6 +1,7 @@
 //! The worker's HTTP routes in-process (`app(state)` and `oneshot`) around the fake backend: no
 //! ONNX Runtime, the real tokenizer and labels of the bundled model. Admission, 429, draining,
-//! batching, timeouts and input errors, each through HTTP.
+//! batching, timeouts and input errors, each through HTTP; and the routes as served
+//! (`http::routes`, `/predict` past the router), which must answer as the router does.
 //!
 //! The backend runs on its own OS thread, so these tests use the real clock (a paused one would
 //! jump to the request timeout whenever the runtime waits for that thread) and wait on
@@ -9,7 +10,7 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, to_bytes};
 use axum::http::{HeaderMap, Request, StatusCode};
 use clap::Parser;
 use serde_json::{Value, json};
@@ -383,4 +384,84 @@ async fn a_broken_body_gets_400_invalid_request_from_the_server() {
         assert_eq!(body["error_type"], "invalid_request", "{what}: {body}");
     }
     server.abort();
+}
+
+const FAST_PATH_TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// Requests for the fast path's comparison with the router: answers, refusals, other methods.
+fn fast_path_requests() -> Vec<(&'static str, Request<Body>)> {
+    let get_req = |uri: &str| Request::get(uri).body(Body::empty()).unwrap();
+    let post_req = |body: &str| {
+        Request::post("/predict").header("content-type", "application/json").body(Body::from(body.to_owned())).unwrap()
+    };
+    let with_id = Request::get("/predict?query=play%20some%20jazz")
+        .header("x-request-id", "client-7")
+        .header("traceparent", FAST_PATH_TRACEPARENT)
+        .body(Body::empty())
+        .unwrap();
+    vec![
+        ("get", get_req("/predict?query=play%20some%20jazz")),
+        ("get, all scores", get_req("/predict?query=book%20a%20table&all_scores=true")),
+        ("get, no query", get_req("/predict")),
+        ("get, empty query", get_req("/predict?query=")),
+        ("get, invalid utf-8", get_req("/predict?query=%FF")),
+        ("get, long query", get_req(&format!("/predict?query={}", "a".repeat(3000)))),
+        ("get, client's id", with_id),
+        ("post one", post_req(r#"{"query": "rate this book"}"#)),
+        ("post many", post_req(r#"{"queries": ["rate this book", "will it rain"], "all_scores": true}"#)),
+        ("post, not json", post_req("query=jazz")),
+        ("post, an array", post_req(r#"["jazz"]"#)),
+        ("post, both", post_req(r#"{"query": "a", "queries": ["b"]}"#)),
+        ("post, too many", post_req(&format!(r#"{{"queries": [{}]}}"#, vec![r#""q""#; 65].join(",")))),
+        ("put", Request::put("/predict").body(Body::empty()).unwrap()),
+        ("head", Request::head("/predict?query=jazz").body(Body::empty()).unwrap()),
+    ]
+}
+
+async fn answer_parts(resp: axum::http::Response<Body>) -> (u16, Vec<(String, String)>, String, bool) {
+    let status = resp.status().as_u16();
+    let mut headers: Vec<(String, String)> = ["content-type", "retry-after", "connection", "allow"]
+        .iter()
+        .filter_map(|h| resp.headers().get(*h).map(|v| (h.to_string(), v.to_str().unwrap().to_owned())))
+        .collect();
+    let id = resp.headers().get("x-request-id").map(|v| v.to_str().unwrap().to_owned());
+    let generated = id.as_ref().is_some_and(|id| id.len() == 32 && id.bytes().all(|c| c.is_ascii_hexdigit()));
+    if let Some(id) = id.filter(|_| !generated) {
+        headers.push(("x-request-id".into(), id));
+    }
+    let body = String::from_utf8(to_bytes(resp.into_body(), usize::MAX).await.unwrap().to_vec()).unwrap();
+    (status, headers, body, generated)
+}
+
+/// The served routes (`http::routes`: `GET` and `POST /predict` straight to their handlers)
+/// answer exactly as the router (`http::app`) does: status, the headers a client relies on and
+/// the body, for answers, refusals and a failing backend, and both echo the request's id.
+#[tokio::test]
+async fn the_fast_path_answers_as_the_router_does() {
+    let fake = FakeBackend::new(7);
+    let worker = start(&[], &fake).await;
+    let (app, routes) = (worker.app(), worker::http::routes(worker.state()));
+
+    for failing in [false, true] {
+        fake.set_failing(failing);
+        for ((name, a), (_, b)) in fast_path_requests().into_iter().zip(fast_path_requests()) {
+            let by_router = answer_parts(app.clone().oneshot(a).await.unwrap()).await;
+            let by_routes = answer_parts(routes.clone().oneshot(b).await.unwrap()).await;
+            assert_eq!(by_routes, by_router, "{name} (backend failing: {failing})");
+            let (status, _, body, _) = &by_routes;
+            if *status != 200 && !body.is_empty() {
+                let v: serde_json::Value = serde_json::from_str(body).unwrap();
+                assert!(v["error_type"].is_string(), "{name}: {v}");
+            }
+        }
+    }
+    // While draining, both say so and ask the client to close.
+    worker.state().core.start_draining();
+    for ((name, a), (_, b)) in fast_path_requests().into_iter().zip(fast_path_requests()).take(2) {
+        let by_router = answer_parts(app.clone().oneshot(a).await.unwrap()).await;
+        let by_routes = answer_parts(routes.clone().oneshot(b).await.unwrap()).await;
+        assert_eq!(by_routes, by_router, "{name} (draining)");
+        assert_eq!(by_routes.0, 503, "{name}");
+        assert!(by_routes.1.contains(&("connection".into(), "close".into())), "{name}: {:?}", by_routes.1);
+    }
 }
