@@ -179,11 +179,7 @@ impl Config {
     }
 
     pub fn min_batch_fill(&self) -> f64 {
-        let default = match self.device {
-            Device::Cpu => 0.75,
-            Device::Cuda(_) => 0.0,
-        };
-        self.min_batch_fill.unwrap_or(default).clamp(0.0, 1.0)
+        self.per_device(self.min_batch_fill, 0.75, 0.0).clamp(0.0, 1.0)
     }
 }
 

@@ -154,7 +154,8 @@ impl Worker {
         self.state.clone()
     }
 
-    /// The routes, for `oneshot` in tests or a server of one's own.
+    /// The router, for `oneshot` in tests or a server of one's own (`serve` serves
+    /// `http::routes`, which answers the same with `/predict` past the router).
     pub fn app(&self) -> Router {
         http::app(self.state.clone())
     }
