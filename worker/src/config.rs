@@ -58,6 +58,13 @@ pub struct Config {
     #[arg(long, env = "WORKER_IO_BINDING")]
     pub io_binding: bool,
 
+    /// With CUDA, capture each batch shape's run as a CUDA graph at start and replay it for
+    /// every batch of that shape: one launch per batch instead of one per kernel, which takes
+    /// most of the host's work per batch off the backend thread. Batches then run through device
+    /// buffers kept per shape. `auto`: off. Ignored on the CPU (nothing to capture).
+    #[arg(long, env = "WORKER_CUDA_GRAPH", value_enum, default_value = "auto")]
+    pub cuda_graph: Toggle,
+
     /// CUDA provider `cudnn_conv_algo_search`: `exhaustive`, `heuristic` or `default` (cuDNN's
     /// default algorithm). Matters only to models with convolutions.
     #[arg(long, env = "WORKER_CUDA_CONV_ALGO_SEARCH", value_enum, default_value = "exhaustive")]
@@ -223,6 +230,12 @@ impl Config {
                 Toggle::Off => false,
             },
             io_binding: self.io_binding,
+            cuda_graph: cuda
+                && match self.cuda_graph {
+                    Toggle::Auto => false,
+                    Toggle::On => true,
+                    Toggle::Off => false,
+                },
             conv_algo_search: self.cuda_conv_algo_search,
             copy_in_default_stream: self.cuda_copy_in_default_stream,
             arena_extend: self.cuda_arena_extend_strategy,

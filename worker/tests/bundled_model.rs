@@ -86,28 +86,49 @@ async fn answers_are_those_of_tokenizers_ids() {
     }
 }
 
-/// `--io-binding` (buffers kept per batch shape, filled in place) gives exactly the logits of
-/// the plain path, for new shapes, repeated shapes with other rows, and padded rows. On the CPU
-/// here; with CUDA only the buffers' memory differs (page-locked host memory).
+/// `--io-binding` (buffers kept per batch shape, filled in place) and the CUDA graph path's
+/// buffers (kept per shape, the batch copied into them, the logits copied out) give exactly the
+/// logits of the plain path, for new shapes, repeated shapes with other rows, padded rows, and
+/// token types that change between batches of one shape. On the CPU here, where the graph path
+/// captures nothing; with CUDA only the buffers' memory differs.
 #[test]
-fn io_binding_gives_the_same_logits() {
+fn bound_buffers_give_the_same_logits() {
     use worker::backend::ort::SessionOptions;
 
     let dir = testkit::model_dir();
     let model = ModelDir::load(&dir, None).unwrap();
     let n = model.labels.len();
     let plain = SessionOptions::new(Device::Cpu, 1);
-    let bound = SessionOptions { io_binding: true, ..plain };
     let mut a = OrtBackend::load_with(env(), &model.model_path, &plain, n).unwrap();
-    let mut b = OrtBackend::load_with(env(), &model.model_path, &bound, n).unwrap();
+    let bound = [SessionOptions { io_binding: true, ..plain }, SessionOptions { cuda_graph: true, ..plain }];
+    let mut bound = bound.map(|o| OrtBackend::load_with(env(), &model.model_path, &o, n).unwrap());
     let rows: Vec<(Vec<i64>, Vec<i64>)> =
         testkit::sanity().queries.iter().map(|q| model.encoder.encode(&q.text).unwrap()).collect();
     let batch = |range: std::ops::Range<usize>, shape: (usize, usize)| {
         InputBatch::pad_to(rows[range].iter().map(|(i, t)| (&i[..], &t[..])), |r, s| (r.max(shape.0), s.max(shape.1)))
     };
-    for input in
-        [batch(0..3, (0, 0)), batch(3..6, (0, 0)), batch(0..8, (8, 16)), batch(2..5, (8, 16)), batch(5..6, (1, 0))]
-    {
-        assert_eq!(a.infer(&input).unwrap(), b.infer(&input).unwrap(), "{}x{}", input.rows, input.seq_len);
+    let typed = |mut b: InputBatch| {
+        for (t, m) in b.token_type_ids.iter_mut().zip(&b.attention_mask) {
+            *t = *m;
+        }
+        b
+    };
+    let inputs = [
+        batch(0..3, (0, 0)),
+        batch(3..6, (0, 0)),
+        batch(0..8, (8, 16)),
+        batch(2..5, (8, 16)),
+        batch(5..6, (1, 0)),
+        typed(batch(2..5, (8, 16))),
+        batch(1..4, (8, 16)),
+    ];
+    for input in inputs {
+        let want = a.infer(&input).unwrap();
+        for b in &mut bound {
+            assert_eq!(want, b.infer(&input).unwrap(), "{}x{}", input.rows, input.seq_len);
+        }
     }
+    // The typed batch is not answered as the untyped one (so the check above covers the types).
+    let (plain_rows, typed_rows) = (batch(2..5, (8, 16)), typed(batch(2..5, (8, 16))));
+    assert_ne!(a.infer(&plain_rows).unwrap(), a.infer(&typed_rows).unwrap());
 }

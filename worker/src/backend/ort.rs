@@ -7,7 +7,7 @@ use std::path::Path;
 
 use ort::ep::{self, ArbitrarilyConfigurableExecutionProvider};
 use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
-use ort::session::{IoBinding, Session, SessionInputValue};
+use ort::session::{IoBinding, NoSelectedOutputs, RunOptions, Session, SessionInputValue};
 use ort::value::{Tensor, TensorElementType, TensorRef, ValueType};
 
 use super::{Backend, BackendError, Device, InputBatch, ShapeBuckets};
@@ -34,6 +34,11 @@ pub struct SessionOptions {
     pub spinning: bool,
     /// Run through I/O binding with buffers kept per batch shape.
     pub io_binding: bool,
+    /// Capture each batch shape's run as a CUDA graph (the provider's `enable_cuda_graph`) and
+    /// replay it: one launch per batch instead of one per kernel. Batches then run through
+    /// buffers on the device kept per shape, which the inputs are copied into. On the CPU the same
+    /// buffers and copies, with nothing captured (what the tests check there).
+    pub cuda_graph: bool,
     pub conv_algo_search: ConvAlgoSearch,
     pub copy_in_default_stream: bool,
     pub arena_extend: ArenaExtend,
@@ -50,6 +55,7 @@ impl SessionOptions {
             inter_op_threads: 0,
             spinning: true,
             io_binding: false,
+            cuda_graph: false,
             conv_algo_search: ConvAlgoSearch::Exhaustive,
             copy_in_default_stream: true,
             arena_extend: ArenaExtend::NextPowerOfTwo,
@@ -58,13 +64,32 @@ impl SessionOptions {
     }
 }
 
-/// The buffers of one batch shape under I/O binding: inputs written in place each batch, the
-/// output bound once.
+/// The buffers of one batch shape under I/O binding: inputs written in place each batch (host
+/// buffers), or copied in from host buffers (device buffers, for CUDA graphs); the output bound
+/// once.
 struct Bound {
     binding: IoBinding,
     input_ids: Tensor<i64>,
     attention_mask: Option<Tensor<i64>>,
     token_type_ids: Option<Tensor<i64>>,
+    graph: Option<Graph>,
+}
+
+/// What a shape's CUDA graph needs besides its device buffers: a graph reads and writes the
+/// addresses it was captured with, so each batch is copied into the same buffers.
+struct Graph {
+    /// `gpu_graph_id`: one graph per shape.
+    run_options: RunOptions<NoSelectedOutputs>,
+    /// Host buffers of the inputs, copied to the device buffers before each run.
+    input_ids: Tensor<i64>,
+    attention_mask: Option<Tensor<i64>>,
+    token_type_ids: Option<Tensor<i64>>,
+    /// The bound output (device) and its host copy.
+    output: Tensor<f32>,
+    host_output: Tensor<f32>,
+    /// The device's token types are all 0 (single-sentence models send only 0s: their copy is
+    /// skipped then).
+    zero_types: bool,
 }
 
 /// I/O binding's allocator and the buffers of each `(rows, seq_len)` met.
@@ -78,6 +103,8 @@ pub struct OrtBackend {
     buckets: Option<ShapeBuckets>,
     /// With I/O binding: where its buffers are allocated, and the buffers of each shape met.
     binding: Option<Binding>,
+    /// Whether bound shapes run as CUDA graphs (device buffers, inputs copied in).
+    graphs: bool,
 }
 impl std::fmt::Debug for OrtBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -144,7 +171,8 @@ impl OrtBackend {
                     ArenaExtend::NextPowerOfTwo => ep::ArenaExtendStrategy::NextPowerOfTwo,
                     ArenaExtend::SameAsRequested => ep::ArenaExtendStrategy::SameAsRequested,
                 })
-                .with_arbitrary_config("do_copy_in_default_stream", u8::from(options.copy_in_default_stream));
+                .with_arbitrary_config("do_copy_in_default_stream", u8::from(options.copy_in_default_stream))
+                .with_cuda_graph(options.cuda_graph);
             let cuda = if options.mem_limit > 0 { cuda.with_memory_limit(options.mem_limit) } else { cuda };
             builder = builder.with_execution_providers([cuda.build().error_on_failure()]).map_err(|e| {
                 BackendError::ExecutionProvider(format!(
@@ -154,7 +182,7 @@ impl OrtBackend {
                 ))
             })?;
         }
-        if options.io_binding && matches!(options.device, Device::Cuda(_)) {
+        if options.io_binding && !options.cuda_graph && matches!(options.device, Device::Cuda(_)) {
             // Measured on an H100 (benches/RESULTS.md): ONNX Runtime 1.31.1 fails the first bound
             // run with `GPUDataTransfer::CopyTensorAsync dst_data != src_data` when the inputs
             // live in page-locked host memory. Refuse at startup rather than at the first batch.
@@ -166,7 +194,16 @@ impl OrtBackend {
         }
         let session = builder.commit_from_file(model).map_err(load)?;
         let mut backend = Self::from_session(session, num_labels)?;
-        if options.io_binding {
+        if options.cuda_graph {
+            // The graphs' buffers live where the session computes: on the GPU with CUDA.
+            let device = match options.device {
+                Device::Cuda(n) => (AllocationDevice::CUDA, n as i32),
+                Device::Cpu => (AllocationDevice::CPU, 0),
+            };
+            let info = MemoryInfo::new(device.0, device.1, AllocatorType::Device, MemoryType::Default).map_err(load)?;
+            backend.binding = Some((Allocator::new(&backend.session, info).map_err(load)?, HashMap::new()));
+            backend.graphs = true;
+        } else if options.io_binding {
             // Page-locked host memory with CUDA: the copies to and from the GPU go straight from
             // and to it. On the CPU, the session's own allocator.
             let allocator = match options.device {
@@ -237,7 +274,7 @@ impl OrtBackend {
             }
         }
         let output = output.name().to_owned();
-        Ok(Self { session, inputs: names, output, num_labels, buckets: None, binding: None })
+        Ok(Self { session, inputs: names, output, num_labels, buckets: None, binding: None, graphs: false })
     }
 
     /// Pads batches to a few bucketed shapes and runs each once now, so no request pays for a
@@ -261,37 +298,109 @@ impl OrtBackend {
     /// Runs `batch` through the I/O binding of its shape (made at its first batch).
     fn infer_bound(&mut self, batch: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
         let err = |e: ort::Error| BackendError::Inference(e.to_string());
-        let Self { session, inputs, output, num_labels, binding, .. } = self;
+        let Self { session, inputs, output, num_labels, binding, graphs, .. } = self;
         let (allocator, shapes) = binding.as_mut().expect("I/O binding is on");
         let shape = (batch.rows, batch.seq_len);
+        let graph_id = shapes.len();
         let bound = match shapes.entry(shape) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                let tensor = || Tensor::<i64>::new(allocator, [batch.rows, batch.seq_len]).map_err(err);
-                let mut bound = Bound {
-                    binding: session.create_binding().map_err(err)?,
-                    input_ids: tensor()?,
-                    attention_mask: inputs.attention_mask.as_ref().map(|_| tensor()).transpose()?,
-                    token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor()).transpose()?,
-                };
-                let out = Tensor::<f32>::new(allocator, [batch.rows, *num_labels]).map_err(err)?;
-                bound.binding.bind_output(output.as_str(), out).map_err(err)?;
-                e.insert(bound)
-            }
+            Entry::Vacant(e) => e.insert(Bound::new(
+                session,
+                inputs,
+                output,
+                allocator,
+                shape,
+                *num_labels,
+                graphs.then_some(graph_id),
+            )?),
         };
-        bound.input_ids.extract_tensor_mut().1.copy_from_slice(&batch.input_ids);
-        bound.binding.bind_input(inputs.input_ids.as_str(), &bound.input_ids).map_err(err)?;
-        if let (Some(name), Some(t)) = (&inputs.attention_mask, &mut bound.attention_mask) {
-            t.extract_tensor_mut().1.copy_from_slice(&batch.attention_mask);
-            bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+        let write = |t: &mut Tensor<i64>, data: &[i64]| t.extract_tensor_mut().1.copy_from_slice(data);
+        let Some(graph) = &mut bound.graph else {
+            // Host buffers: written in place and bound again (binding takes what they hold then).
+            write(&mut bound.input_ids, &batch.input_ids);
+            bound.binding.bind_input(inputs.input_ids.as_str(), &bound.input_ids).map_err(err)?;
+            if let (Some(name), Some(t)) = (&inputs.attention_mask, &mut bound.attention_mask) {
+                write(t, &batch.attention_mask);
+                bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+            }
+            if let (Some(name), Some(t)) = (&inputs.token_type_ids, &mut bound.token_type_ids) {
+                write(t, &batch.token_type_ids);
+                bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+            }
+            let outputs = session.run_binding(&bound.binding).map_err(err)?;
+            let (out_shape, logits) = outputs[output.as_str()].try_extract_tensor::<f32>().map_err(err)?;
+            return split_logits(out_shape, logits, batch.rows, *num_labels);
+        };
+        // Device buffers, bound once: the batch is copied into them, the graph replayed, and the
+        // output copied back.
+        write(&mut graph.input_ids, &batch.input_ids);
+        graph.input_ids.copy_into(&mut bound.input_ids).map_err(err)?;
+        if let (Some(host), Some(dev)) = (&mut graph.attention_mask, &mut bound.attention_mask) {
+            write(host, &batch.attention_mask);
+            host.copy_into(dev).map_err(err)?;
         }
-        if let (Some(name), Some(t)) = (&inputs.token_type_ids, &mut bound.token_type_ids) {
-            t.extract_tensor_mut().1.copy_from_slice(&batch.token_type_ids);
-            bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+        if let (Some(host), Some(dev)) = (&mut graph.token_type_ids, &mut bound.token_type_ids) {
+            let zero = batch.token_type_ids.iter().all(|&t| t == 0);
+            if !(zero && graph.zero_types) {
+                write(host, &batch.token_type_ids);
+                host.copy_into(dev).map_err(err)?;
+                graph.zero_types = zero;
+            }
         }
-        let outputs = session.run_binding(&bound.binding).map_err(err)?;
-        let (out_shape, logits) = outputs[output.as_str()].try_extract_tensor::<f32>().map_err(err)?;
+        drop(session.run_binding_with_options(&bound.binding, &graph.run_options).map_err(err)?);
+        graph.output.copy_into(&mut graph.host_output).map_err(err)?;
+        let (out_shape, logits) = graph.host_output.extract_tensor();
         split_logits(out_shape, logits, batch.rows, *num_labels)
+    }
+}
+
+impl Bound {
+    /// The buffers of `shape`, allocated by `allocator`; with `graph_id`, a CUDA graph's (inputs
+    /// bound now, host buffers beside them).
+    fn new(
+        session: &Session,
+        inputs: &InputNames,
+        output: &str,
+        allocator: &Allocator,
+        (rows, seq): (usize, usize),
+        num_labels: usize,
+        graph_id: Option<usize>,
+    ) -> Result<Self, BackendError> {
+        let err = |e: ort::Error| BackendError::Inference(e.to_string());
+        let tensor = |a: &Allocator| Tensor::<i64>::new(a, [rows, seq]).map_err(err);
+        let mut bound = Bound {
+            binding: session.create_binding().map_err(err)?,
+            input_ids: tensor(allocator)?,
+            attention_mask: inputs.attention_mask.as_ref().map(|_| tensor(allocator)).transpose()?,
+            token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor(allocator)).transpose()?,
+            graph: None,
+        };
+        let mut out = Tensor::<f32>::new(allocator, [rows, num_labels]).map_err(err)?;
+        let Some(id) = graph_id else {
+            bound.binding.bind_output(output, out).map_err(err)?;
+            return Ok(bound);
+        };
+        bound.binding.bind_input(inputs.input_ids.as_str(), &bound.input_ids).map_err(err)?;
+        if let (Some(name), Some(t)) = (&inputs.attention_mask, &bound.attention_mask) {
+            bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+        }
+        if let (Some(name), Some(t)) = (&inputs.token_type_ids, &bound.token_type_ids) {
+            bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+        }
+        bound.binding.bind_output(output, &mut out).map_err(err)?;
+        let mut run_options = RunOptions::new().map_err(err)?;
+        run_options.set("gpu_graph_id", id.to_string()).map_err(err)?;
+        let host = Allocator::default();
+        bound.graph = Some(Graph {
+            run_options,
+            input_ids: tensor(&host)?,
+            attention_mask: inputs.attention_mask.as_ref().map(|_| tensor(&host)).transpose()?,
+            token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor(&host)).transpose()?,
+            output: out,
+            host_output: Tensor::<f32>::new(&host, [rows, num_labels]).map_err(err)?,
+            zero_types: false,
+        });
+        Ok(bound)
     }
 }
 
