@@ -79,6 +79,13 @@ pub struct Config {
     #[arg(long, env = "WORKER_CUDA_ARENA_EXTEND_STRATEGY", value_enum, default_value = "next-power-of-two")]
     pub cuda_arena_extend_strategy: ArenaExtend,
 
+    /// How the backend thread waits for the GPU to finish a batch (the scheduling flags of the
+    /// device's primary context): `auto` (CUDA's choice: spin while there are fewer contexts
+    /// than cores), `spin`, `yield` or `blocking` (sleep until the GPU is done: no core spent
+    /// waiting, a wake-up per batch).
+    #[arg(long, env = "WORKER_CUDA_SYNC", value_enum, default_value = "auto")]
+    pub cuda_sync: CudaSync,
+
     /// CUDA provider `gpu_mem_limit`: most bytes of the GPU memory arena, per session; 0: no limit.
     #[arg(long, env = "WORKER_CUDA_MEM_LIMIT", default_value_t = 0)]
     pub cuda_mem_limit: usize,
@@ -206,6 +213,15 @@ pub enum ConvAlgoSearch {
     Default,
 }
 
+/// `--cuda-sync`: how the backend thread waits for the GPU (`cuda_sched::CudaSync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CudaSync {
+    Auto,
+    Spin,
+    Yield,
+    Blocking,
+}
+
 /// The CUDA provider's `arena_extend_strategy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ArenaExtend {
@@ -240,6 +256,7 @@ impl Config {
             copy_in_default_stream: self.cuda_copy_in_default_stream,
             arena_extend: self.cuda_arena_extend_strategy,
             mem_limit: self.cuda_mem_limit,
+            cuda_sync: self.cuda_sync,
         }
     }
 }

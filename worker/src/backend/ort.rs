@@ -11,7 +11,7 @@ use ort::session::{IoBinding, NoSelectedOutputs, RunOptions, Session, SessionInp
 use ort::value::{Tensor, TensorElementType, TensorRef, ValueType};
 
 use super::{Backend, BackendError, Device, InputBatch, ShapeBuckets};
-use crate::config::{ArenaExtend, ConvAlgoSearch};
+use crate::config::{ArenaExtend, ConvAlgoSearch, CudaSync};
 
 /// The graph's input names, discovered from the model.
 #[derive(Debug, Clone)]
@@ -44,6 +44,8 @@ pub struct SessionOptions {
     pub arena_extend: ArenaExtend,
     /// Bytes; 0: no limit.
     pub mem_limit: usize,
+    /// How the backend thread waits for the GPU.
+    pub cuda_sync: CudaSync,
 }
 
 impl SessionOptions {
@@ -60,6 +62,7 @@ impl SessionOptions {
             copy_in_default_stream: true,
             arena_extend: ArenaExtend::NextPowerOfTwo,
             mem_limit: 0,
+            cuda_sync: CudaSync::Auto,
         }
     }
 }
@@ -103,9 +106,22 @@ pub struct OrtBackend {
     buckets: Option<ShapeBuckets>,
     /// With I/O binding: where its buffers are allocated, and the buffers of each shape met.
     binding: Option<Binding>,
-    /// Whether bound shapes run as CUDA graphs (device buffers, inputs copied in).
-    graphs: bool,
+    /// With CUDA graphs: how batches of a shape without one run.
+    graphs: Option<Graphs>,
 }
+
+/// The CUDA graph path's own state beside the bound shapes.
+struct Graphs {
+    /// `gpu_graph_id` -1: a shape first met after the warm-up runs without a graph (capturing
+    /// one then could put it over buffers made since; see [`OrtBackend::with_shape_buckets`]).
+    uncaptured: RunOptions<NoSelectedOutputs>,
+    /// The warm-up is over: shapes not bound by then run plainly.
+    sealed: bool,
+}
+
+/// One lane's warm-up captures at a time: CUDA forbids some calls of other threads while a
+/// stream is captured (ONNX Runtime captures in CUDA's global mode).
+static CAPTURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 impl std::fmt::Debug for OrtBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OrtBackend").field("inputs", &self.inputs).field("output", &self.output).finish()
@@ -160,6 +176,22 @@ impl OrtBackend {
         builder = builder.with_intra_op_spinning(options.spinning).map_err(built)?;
         builder = builder.with_inter_op_spinning(options.spinning).map_err(built)?;
         if let Device::Cuda(n) = options.device {
+            let sync = match options.cuda_sync {
+                CudaSync::Auto => None,
+                CudaSync::Spin => Some(cuda_sched::CudaSync::Spin),
+                CudaSync::Yield => Some(cuda_sched::CudaSync::Yield),
+                CudaSync::Blocking => Some(cuda_sched::CudaSync::Blocking),
+            };
+            if let Some(sync) = sync {
+                match cuda_sched::set_sync(n, sync) {
+                    Ok(()) => tracing::debug!(?sync, device = n, "CUDA wait policy set"),
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        ?sync,
+                        "could not set CUDA's wait policy; CUDA's default (auto) applies"
+                    ),
+                }
+            }
             let cuda = ep::CUDA::default()
                 .with_device_id(n as i32)
                 .with_conv_algorithm_search(match options.conv_algo_search {
@@ -202,7 +234,9 @@ impl OrtBackend {
             };
             let info = MemoryInfo::new(device.0, device.1, AllocatorType::Device, MemoryType::Default).map_err(load)?;
             backend.binding = Some((Allocator::new(&backend.session, info).map_err(load)?, HashMap::new()));
-            backend.graphs = true;
+            let mut uncaptured = RunOptions::new().map_err(load)?;
+            uncaptured.set("gpu_graph_id", "-1").map_err(load)?;
+            backend.graphs = Some(Graphs { uncaptured, sealed: false });
         } else if options.io_binding {
             // Page-locked host memory with CUDA: the copies to and from the GPU go straight from
             // and to it. On the CPU, the session's own allocator.
@@ -274,7 +308,7 @@ impl OrtBackend {
             }
         }
         let output = output.name().to_owned();
-        Ok(Self { session, inputs: names, output, num_labels, buckets: None, binding: None, graphs: false })
+        Ok(Self { session, inputs: names, output, num_labels, buckets: None, binding: None, graphs: None })
     }
 
     /// Pads batches to a few bucketed shapes and runs each once now, so no request pays for a
@@ -282,38 +316,55 @@ impl OrtBackend {
     pub fn with_shape_buckets(mut self, buckets: ShapeBuckets, max_tokens: usize) -> Result<Self, BackendError> {
         let shapes = buckets.all(max_tokens);
         let started = std::time::Instant::now();
+        let _capturing = self.graphs.is_some().then(|| CAPTURING.lock().unwrap_or_else(|e| e.into_inner()));
+        if self.graphs.is_some() {
+            // Every shape's buffers before the first run. A graph replays its intermediates
+            // wherever ONNX Runtime's arena put them at its capture, memory that the arena
+            // hands out again after the run: a buffer made later could lie there and be
+            // overwritten by that graph (it was: an H100 run read garbage token ids).
+            for &shape in &shapes {
+                self.bound(shape)?;
+            }
+        }
         for &(rows, seq) in &shapes {
             let ids = vec![101i64; seq];
             let types = vec![0i64; seq];
             let batch = InputBatch::pad_to(std::iter::repeat_n((&ids[..], &types[..]), rows), |r, s| (r, s));
             self.infer(&batch)?;
         }
-        tracing::info!(shapes = shapes.len(), seconds = started.elapsed().as_secs_f64(), "warmed up batch shapes");
+        tracing::info!(
+            shapes = shapes.len(),
+            graphs = self.graphs.is_some(),
+            seconds = started.elapsed().as_secs_f64(),
+            "warmed up batch shapes"
+        );
         self.buckets = Some(buckets);
+        if let Some(graphs) = &mut self.graphs {
+            graphs.sealed = true;
+        }
         Ok(self)
     }
 }
 
 impl OrtBackend {
+    /// The bound buffers of `shape`, made if new (with CUDA graphs, a graph id of its own).
+    fn bound(&mut self, shape: (usize, usize)) -> Result<&mut Bound, BackendError> {
+        let Self { session, inputs, output, num_labels, binding, graphs, .. } = self;
+        let (allocator, shapes) = binding.as_mut().expect("I/O binding is on");
+        let graph_id = graphs.is_some().then_some(shapes.len());
+        Ok(match shapes.entry(shape) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(Bound::new(session, inputs, output, allocator, shape, *num_labels, graph_id)?),
+        })
+    }
+
     /// Runs `batch` through the I/O binding of its shape (made at its first batch).
     fn infer_bound(&mut self, batch: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
         let err = |e: ort::Error| BackendError::Inference(e.to_string());
-        let Self { session, inputs, output, num_labels, binding, graphs, .. } = self;
-        let (allocator, shapes) = binding.as_mut().expect("I/O binding is on");
         let shape = (batch.rows, batch.seq_len);
-        let graph_id = shapes.len();
-        let bound = match shapes.entry(shape) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(Bound::new(
-                session,
-                inputs,
-                output,
-                allocator,
-                shape,
-                *num_labels,
-                graphs.then_some(graph_id),
-            )?),
-        };
+        self.bound(shape)?;
+        let Self { session, inputs, output, num_labels, binding, .. } = self;
+        let bound = binding.as_mut().and_then(|(_, shapes)| shapes.get_mut(&shape)).expect("bound above");
         let write = |t: &mut Tensor<i64>, data: &[i64]| t.extract_tensor_mut().1.copy_from_slice(data);
         let Some(graph) = &mut bound.graph else {
             // Host buffers: written in place and bound again (binding takes what they hold then).
@@ -420,7 +471,12 @@ fn split_logits(
 
 impl Backend for OrtBackend {
     fn infer(&mut self, batch: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
-        if self.binding.is_some() {
+        let bound = match (&self.binding, &self.graphs) {
+            (None, _) => false,
+            (Some(_), Some(Graphs { sealed: false, .. }) | None) => true,
+            (Some((_, shapes)), Some(_)) => shapes.contains_key(&(batch.rows, batch.seq_len)),
+        };
+        if bound {
             return self.infer_bound(batch);
         }
         let err = |e: ort::Error| BackendError::Inference(e.to_string());
@@ -438,7 +494,11 @@ impl Backend for OrtBackend {
         if let Some(name) = &self.inputs.token_type_ids {
             inputs.push((Cow::from(name.as_str()), tensor(&batch.token_type_ids)?));
         }
-        let outputs = self.session.run(inputs).map_err(err)?;
+        let outputs = match &self.graphs {
+            Some(graphs) => self.session.run_with_options(inputs, &graphs.uncaptured),
+            None => self.session.run(inputs),
+        }
+        .map_err(err)?;
         let (out_shape, logits) = outputs[self.output.as_str()].try_extract_tensor::<f32>().map_err(err)?;
         split_logits(out_shape, logits, batch.rows, self.num_labels)
     }
