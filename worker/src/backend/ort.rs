@@ -83,16 +83,16 @@ struct Bound {
 struct Graph {
     /// `gpu_graph_id`: one graph per shape.
     run_options: RunOptions<NoSelectedOutputs>,
-    /// Host buffers of the inputs, copied to the device buffers before each run.
+    /// The copy session's binding of this shape: the host buffers below in, the device buffers
+    /// the graph reads out. One run (one wait for the GPU) copies every input.
+    copy: IoBinding,
+    /// Host buffers of the inputs.
     input_ids: Tensor<i64>,
     attention_mask: Option<Tensor<i64>>,
     token_type_ids: Option<Tensor<i64>>,
-    /// The bound output (device) and its host copy.
+    /// The bound output, in host memory (page-locked with CUDA): the graph's capture includes
+    /// the copy of the logits there, so a replay leaves them ready to read.
     output: Tensor<f32>,
-    host_output: Tensor<f32>,
-    /// The device's token types are all 0 (single-sentence models send only 0s: their copy is
-    /// skipped then).
-    zero_types: bool,
 }
 
 /// I/O binding's allocator and the buffers of each `(rows, seq_len)` met.
@@ -112,6 +112,11 @@ pub struct OrtBackend {
 
 /// The CUDA graph path's own state beside the bound shapes.
 struct Graphs {
+    /// Copies a batch's inputs from host buffers into a shape's device buffers: one `Identity`
+    /// per input, on the CPU provider, its outputs bound on the device.
+    copier: Session,
+    /// Where the bound outputs live: page-locked host memory with CUDA.
+    host: Allocator,
     /// `gpu_graph_id` -1: a shape first met after the warm-up runs without a graph (capturing
     /// one then could put it over buffers made since; see [`OrtBackend::with_shape_buckets`]).
     uncaptured: RunOptions<NoSelectedOutputs>,
@@ -236,7 +241,21 @@ impl OrtBackend {
             backend.binding = Some((Allocator::new(&backend.session, info).map_err(load)?, HashMap::new()));
             let mut uncaptured = RunOptions::new().map_err(load)?;
             uncaptured.set("gpu_graph_id", "-1").map_err(load)?;
-            backend.graphs = Some(Graphs { uncaptured, sealed: false });
+            let host = match options.device {
+                Device::Cuda(n) => {
+                    let info = MemoryInfo::new(
+                        AllocationDevice::CUDA_PINNED,
+                        n as i32,
+                        AllocatorType::Device,
+                        MemoryType::CPUOutput,
+                    )
+                    .map_err(load)?;
+                    Allocator::new(&backend.session, info).map_err(load)?
+                }
+                Device::Cpu => Allocator::default(),
+            };
+            let copier = copier(env, &backend.inputs, options.device).map_err(load)?;
+            backend.graphs = Some(Graphs { copier, host, uncaptured, sealed: false });
         } else if options.io_binding {
             // Page-locked host memory with CUDA: the copies to and from the GPU go straight from
             // and to it. On the CPU, the session's own allocator.
@@ -351,10 +370,10 @@ impl OrtBackend {
     fn bound(&mut self, shape: (usize, usize)) -> Result<&mut Bound, BackendError> {
         let Self { session, inputs, output, num_labels, binding, graphs, .. } = self;
         let (allocator, shapes) = binding.as_mut().expect("I/O binding is on");
-        let graph_id = graphs.is_some().then_some(shapes.len());
+        let graph = graphs.as_ref().map(|g| (g, shapes.len()));
         Ok(match shapes.entry(shape) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(Bound::new(session, inputs, output, allocator, shape, *num_labels, graph_id)?),
+            Entry::Vacant(e) => e.insert(Bound::new(session, inputs, output, allocator, shape, *num_labels, graph)?),
         })
     }
 
@@ -363,7 +382,7 @@ impl OrtBackend {
         let err = |e: ort::Error| BackendError::Inference(e.to_string());
         let shape = (batch.rows, batch.seq_len);
         self.bound(shape)?;
-        let Self { session, inputs, output, num_labels, binding, .. } = self;
+        let Self { session, inputs, output, num_labels, binding, graphs, .. } = self;
         let bound = binding.as_mut().and_then(|(_, shapes)| shapes.get_mut(&shape)).expect("bound above");
         let write = |t: &mut Tensor<i64>, data: &[i64]| t.extract_tensor_mut().1.copy_from_slice(data);
         let Some(graph) = &mut bound.graph else {
@@ -382,32 +401,63 @@ impl OrtBackend {
             let (out_shape, logits) = outputs[output.as_str()].try_extract_tensor::<f32>().map_err(err)?;
             return split_logits(out_shape, logits, batch.rows, *num_labels);
         };
-        // Device buffers, bound once: the batch is copied into them, the graph replayed, and the
-        // output copied back.
+        // Device buffers, bound once: the batch is written to host buffers, copied into them by
+        // one run of the copy session, and the graph replayed; it leaves the logits in host memory.
         write(&mut graph.input_ids, &batch.input_ids);
-        graph.input_ids.copy_into(&mut bound.input_ids).map_err(err)?;
-        if let (Some(host), Some(dev)) = (&mut graph.attention_mask, &mut bound.attention_mask) {
+        graph.copy.bind_input(inputs.input_ids.as_str(), &graph.input_ids).map_err(err)?;
+        if let (Some(name), Some(host)) = (&inputs.attention_mask, &mut graph.attention_mask) {
             write(host, &batch.attention_mask);
-            host.copy_into(dev).map_err(err)?;
+            graph.copy.bind_input(name.as_str(), host).map_err(err)?;
         }
-        if let (Some(host), Some(dev)) = (&mut graph.token_type_ids, &mut bound.token_type_ids) {
-            let zero = batch.token_type_ids.iter().all(|&t| t == 0);
-            if !(zero && graph.zero_types) {
-                write(host, &batch.token_type_ids);
-                host.copy_into(dev).map_err(err)?;
-                graph.zero_types = zero;
-            }
+        if let (Some(name), Some(host)) = (&inputs.token_type_ids, &mut graph.token_type_ids) {
+            write(host, &batch.token_type_ids);
+            graph.copy.bind_input(name.as_str(), host).map_err(err)?;
         }
+        let copier = &mut graphs.as_mut().expect("graphs on").copier;
+        drop(copier.run_binding(&graph.copy).map_err(err)?);
         drop(session.run_binding_with_options(&bound.binding, &graph.run_options).map_err(err)?);
-        graph.output.copy_into(&mut graph.host_output).map_err(err)?;
-        let (out_shape, logits) = graph.host_output.extract_tensor();
+        let (out_shape, logits) = graph.output.extract_tensor();
         split_logits(out_shape, logits, batch.rows, *num_labels)
     }
 }
 
+/// The copy session of the CUDA graph path: for each model input, an `Identity` from a host
+/// input of that name to an output `NAME.copy`, on the CPU provider; bound to a device buffer,
+/// each output is copied there by ONNX Runtime.
+fn copier(env: &ort::environment::Environment, inputs: &InputNames, device: Device) -> ort::Result<Session> {
+    use ort::editor::{Graph, Model, Node, ONNX_DOMAIN, Opset};
+    use ort::value::{Outlet, Shape, SymbolicDimensions};
+    let names: Vec<&str> = [Some(inputs.input_ids.as_str()), inputs.attention_mask.as_deref(), inputs.token_type_ids.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let tensor = || ValueType::Tensor {
+        ty: TensorElementType::Int64,
+        shape: Shape::new([-1, -1]),
+        dimension_symbols: SymbolicDimensions::new(["batch".to_owned(), "sequence".to_owned()]),
+    };
+    let mut graph = Graph::new()?;
+    graph.set_inputs(names.iter().map(|n| Outlet::new(*n, tensor())))?;
+    graph.set_outputs(names.iter().map(|n| Outlet::new(format!("{n}.copy"), tensor())))?;
+    for n in &names {
+        graph.add_node(Node::new("Identity", ONNX_DOMAIN, format!("copy {n}"), [*n], [format!("{n}.copy")], [])?)?;
+    }
+    let mut model = Model::new([Opset::new(ONNX_DOMAIN, 21)?])?;
+    model.set_graph(graph)?;
+    let built = |e: ort::Error<ort::session::builder::SessionBuilder>| -> ort::Error { e.into() };
+    let mut builder = Session::builder(env)?.with_intra_threads(1).map_err(built)?;
+    if let Device::Cuda(n) = device {
+        let cpu = ep::CPU::default().build().error_on_failure();
+        let cuda = ep::CUDA::default().with_device_id(n as i32).build().error_on_failure();
+        builder = builder.with_execution_providers([cpu, cuda]).map_err(built)?;
+    }
+    model.into_session(&builder)
+}
+
 impl Bound {
-    /// The buffers of `shape`, allocated by `allocator`; with `graph_id`, a CUDA graph's (inputs
-    /// bound now, host buffers beside them).
+    /// The buffers of `shape`, allocated by `allocator`; with `graph`, those of a CUDA graph with
+    /// the given id (inputs bound now, to the model and to the copy session, and host buffers
+    /// beside them).
     fn new(
         session: &Session,
         inputs: &InputNames,
@@ -415,7 +465,7 @@ impl Bound {
         allocator: &Allocator,
         (rows, seq): (usize, usize),
         num_labels: usize,
-        graph_id: Option<usize>,
+        graph: Option<(&Graphs, usize)>,
     ) -> Result<Self, BackendError> {
         let err = |e: ort::Error| BackendError::Inference(e.to_string());
         let tensor = |a: &Allocator| Tensor::<i64>::new(a, [rows, seq]).map_err(err);
@@ -426,30 +476,35 @@ impl Bound {
             token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor(allocator)).transpose()?,
             graph: None,
         };
-        let mut out = Tensor::<f32>::new(allocator, [rows, num_labels]).map_err(err)?;
-        let Some(id) = graph_id else {
+        let Some((graphs, id)) = graph else {
+            let out = Tensor::<f32>::new(allocator, [rows, num_labels]).map_err(err)?;
             bound.binding.bind_output(output, out).map_err(err)?;
             return Ok(bound);
         };
-        bound.binding.bind_input(inputs.input_ids.as_str(), &bound.input_ids).map_err(err)?;
-        if let (Some(name), Some(t)) = (&inputs.attention_mask, &bound.attention_mask) {
-            bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+        let mut copy = graphs.copier.create_binding().map_err(err)?;
+        let device = [
+            (Some(inputs.input_ids.as_str()), Some(&mut bound.input_ids)),
+            (inputs.attention_mask.as_deref(), bound.attention_mask.as_mut()),
+            (inputs.token_type_ids.as_deref(), bound.token_type_ids.as_mut()),
+        ];
+        for (name, t) in device {
+            if let (Some(name), Some(t)) = (name, t) {
+                bound.binding.bind_input(name, t).map_err(err)?;
+                copy.bind_output(format!("{name}.copy"), t).map_err(err)?;
+            }
         }
-        if let (Some(name), Some(t)) = (&inputs.token_type_ids, &bound.token_type_ids) {
-            bound.binding.bind_input(name.as_str(), t).map_err(err)?;
-        }
+        let mut out = Tensor::<f32>::new(&graphs.host, [rows, num_labels]).map_err(err)?;
         bound.binding.bind_output(output, &mut out).map_err(err)?;
         let mut run_options = RunOptions::new().map_err(err)?;
         run_options.set("gpu_graph_id", id.to_string()).map_err(err)?;
         let host = Allocator::default();
         bound.graph = Some(Graph {
             run_options,
+            copy,
             input_ids: tensor(&host)?,
             attention_mask: inputs.attention_mask.as_ref().map(|_| tensor(&host)).transpose()?,
             token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor(&host)).transpose()?,
             output: out,
-            host_output: Tensor::<f32>::new(&host, [rows, num_labels]).map_err(err)?,
-            zero_types: false,
         });
         Ok(bound)
     }
