@@ -90,9 +90,11 @@ struct Graph {
     input_ids: Tensor<i64>,
     attention_mask: Option<Tensor<i64>>,
     token_type_ids: Option<Tensor<i64>>,
-    /// The bound output, in host memory (page-locked with CUDA): the graph's capture includes
-    /// the copy of the logits there, so a replay leaves them ready to read.
+    /// The bound output (on the device) and its host copy. (Bound in page-locked host memory
+    /// instead, the output made ONNX Runtime 1.31.1 fail the first run on an H100: `CopyTensorAsync
+    /// dst_data != src_data`, as `--io-binding` did.)
     output: Tensor<f32>,
+    host_output: Tensor<f32>,
 }
 
 /// I/O binding's allocator and the buffers of each `(rows, seq_len)` met.
@@ -115,8 +117,6 @@ struct Graphs {
     /// Copies a batch's inputs from host buffers into a shape's device buffers: one `Identity`
     /// per input, on the CPU provider, its outputs bound on the device.
     copier: Session,
-    /// Where the bound outputs live: page-locked host memory with CUDA.
-    host: Allocator,
     /// `gpu_graph_id` -1: a shape first met after the warm-up runs without a graph (capturing
     /// one then could put it over buffers made since; see [`OrtBackend::with_shape_buckets`]).
     uncaptured: RunOptions<NoSelectedOutputs>,
@@ -241,21 +241,8 @@ impl OrtBackend {
             backend.binding = Some((Allocator::new(&backend.session, info).map_err(load)?, HashMap::new()));
             let mut uncaptured = RunOptions::new().map_err(load)?;
             uncaptured.set("gpu_graph_id", "-1").map_err(load)?;
-            let host = match options.device {
-                Device::Cuda(n) => {
-                    let info = MemoryInfo::new(
-                        AllocationDevice::CUDA_PINNED,
-                        n as i32,
-                        AllocatorType::Device,
-                        MemoryType::CPUOutput,
-                    )
-                    .map_err(load)?;
-                    Allocator::new(&backend.session, info).map_err(load)?
-                }
-                Device::Cpu => Allocator::default(),
-            };
             let copier = copier(env, &backend.inputs, options.device).map_err(load)?;
-            backend.graphs = Some(Graphs { copier, host, uncaptured, sealed: false });
+            backend.graphs = Some(Graphs { copier, uncaptured, sealed: false });
         } else if options.io_binding {
             // Page-locked host memory with CUDA: the copies to and from the GPU go straight from
             // and to it. On the CPU, the session's own allocator.
@@ -402,7 +389,7 @@ impl OrtBackend {
             return split_logits(out_shape, logits, batch.rows, *num_labels);
         };
         // Device buffers, bound once: the batch is written to host buffers, copied into them by
-        // one run of the copy session, and the graph replayed; it leaves the logits in host memory.
+        // one run of the copy session, the graph replayed, and the logits copied back.
         write(&mut graph.input_ids, &batch.input_ids);
         graph.copy.bind_input(inputs.input_ids.as_str(), &graph.input_ids).map_err(err)?;
         if let (Some(name), Some(host)) = (&inputs.attention_mask, &mut graph.attention_mask) {
@@ -416,7 +403,8 @@ impl OrtBackend {
         let copier = &mut graphs.as_mut().expect("graphs on").copier;
         drop(copier.run_binding(&graph.copy).map_err(err)?);
         drop(session.run_binding_with_options(&bound.binding, &graph.run_options).map_err(err)?);
-        let (out_shape, logits) = graph.output.extract_tensor();
+        graph.output.copy_into(&mut graph.host_output).map_err(err)?;
+        let (out_shape, logits) = graph.host_output.extract_tensor();
         split_logits(out_shape, logits, batch.rows, *num_labels)
     }
 }
@@ -493,7 +481,7 @@ impl Bound {
                 copy.bind_output(format!("{name}.copy"), t).map_err(err)?;
             }
         }
-        let mut out = Tensor::<f32>::new(&graphs.host, [rows, num_labels]).map_err(err)?;
+        let mut out = Tensor::<f32>::new(allocator, [rows, num_labels]).map_err(err)?;
         bound.binding.bind_output(output, &mut out).map_err(err)?;
         let mut run_options = RunOptions::new().map_err(err)?;
         run_options.set("gpu_graph_id", id.to_string()).map_err(err)?;
@@ -505,6 +493,7 @@ impl Bound {
             attention_mask: inputs.attention_mask.as_ref().map(|_| tensor(&host)).transpose()?,
             token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor(&host)).transpose()?,
             output: out,
+            host_output: Tensor::<f32>::new(&host, [rows, num_labels]).map_err(err)?,
         });
         Ok(bound)
     }
