@@ -27,8 +27,9 @@ fn batch(rows: usize, seq: usize, salt: i64) -> InputBatch {
         .map(|r| {
             let len = 3 + (r + salt as usize) % seq.saturating_sub(2).max(1);
             let len = len.min(seq);
-            let ids: Vec<i64> =
-                (0..len).map(|i| if i == 0 { 101 } else { 1000 + (i as i64 * 37 + r as i64 * 11 + salt) % 20000 }).collect();
+            let ids: Vec<i64> = (0..len)
+                .map(|i| if i == 0 { 101 } else { 1000 + (i as i64 * 37 + r as i64 * 11 + salt) % 20000 })
+                .collect();
             (ids, vec![0; len])
         })
         .collect();
@@ -67,8 +68,11 @@ fn main() {
         load_graph()
     };
     println!("{mode}: sessions ready");
-    let shapes: &[(usize, usize)] =
-        if mode == "single" { &[(1, 16), (1, 16), (1, 16)] } else { &[(1, 16), (2, 16), (1, 16), (64, 32), (256, 16), (1, 16), (8, 48)] };
+    let shapes: &[(usize, usize)] = if mode == "single" {
+        &[(1, 16), (1, 16), (1, 16)]
+    } else {
+        &[(1, 16), (2, 16), (1, 16), (64, 32), (256, 16), (1, 16), (8, 48)]
+    };
     for (k, &(rows, seq)) in shapes.iter().enumerate() {
         let input = batch(rows, seq, k as i64);
         let want = plain.infer(&input).expect("plain");

@@ -51,6 +51,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// The least time the listener's drain gives answers already computed to be written.
 const MIN_ANSWER_TIME: Duration = Duration::from_secs(1);
 
+/// Longest the worker waits at exit for its backend threads to drop their backends.
+const BACKEND_EXIT_WAIT: Duration = Duration::from_secs(10);
+
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error(transparent)]
@@ -218,7 +221,17 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;
     announce(addr);
     tracing::info!(%addr, "ready");
-    worker.serve(listener, shutdown_signal()).await
+    let backends = worker.state.core.take_backend_threads();
+    let served = worker.serve(listener, shutdown_signal()).await;
+    // Each backend thread ends once the core's last handle is gone (`serve` dropped its own),
+    // after dropping its backend: with CUDA, the session's state on the GPU. That has to happen
+    // before the process exits: once the exit has begun tearing the CUDA driver down, ONNX
+    // Runtime aborts on a free (measured on an H100 with CUDA graphs).
+    let joined = tokio::task::spawn_blocking(move || backends.into_iter().for_each(|t| drop(t.join())));
+    if tokio::time::timeout(BACKEND_EXIT_WAIT, joined).await.is_err() {
+        tracing::warn!("backend threads still running at exit");
+    }
+    served
 }
 
 /// Tells whoever started us (tests, scripts) where we listen, once bound.

@@ -415,10 +415,11 @@ impl OrtBackend {
 fn copier(env: &ort::environment::Environment, inputs: &InputNames, device: Device) -> ort::Result<Session> {
     use ort::editor::{Graph, Model, Node, ONNX_DOMAIN, Opset};
     use ort::value::{Outlet, Shape, SymbolicDimensions};
-    let names: Vec<&str> = [Some(inputs.input_ids.as_str()), inputs.attention_mask.as_deref(), inputs.token_type_ids.as_deref()]
-        .into_iter()
-        .flatten()
-        .collect();
+    let names: Vec<&str> =
+        [Some(inputs.input_ids.as_str()), inputs.attention_mask.as_deref(), inputs.token_type_ids.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect();
     let tensor = || ValueType::Tensor {
         ty: TensorElementType::Int64,
         shape: Shape::new([-1, -1]),

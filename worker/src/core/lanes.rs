@@ -32,8 +32,12 @@ pub(super) struct Shared<F> {
     pub make_backend: Arc<F>,
 }
 
-/// Starts `class`'s lane; returns the sender of its queue. Must be called within a runtime.
-pub(super) fn start<B, F>(class: Class, shared: &Shared<F>) -> std::io::Result<mpsc::Sender<Entry>>
+/// Starts `class`'s lane; returns the sender of its queue and its backend thread, which ends
+/// (dropping its backend) once every sender is gone. Must be called within a runtime.
+pub(super) fn start<B, F>(
+    class: Class,
+    shared: &Shared<F>,
+) -> std::io::Result<(mpsc::Sender<Entry>, std::thread::JoinHandle<()>)>
 where
     B: Backend,
     F: Fn(Class) -> Option<B> + Send + Sync + 'static,
@@ -58,8 +62,9 @@ where
         }
         make(class)
     };
-    batching::runner::spawn(&format!("backend-{}", class.as_str()), setup, batch_rx, backend_load, observer)?;
-    Ok(queue_tx)
+    let thread =
+        batching::runner::spawn(&format!("backend-{}", class.as_str()), setup, batch_rx, backend_load, observer)?;
+    Ok((queue_tx, thread))
 }
 
 /// Lowers the calling thread's priority (on Linux `nice` is per thread; threads it starts, such as

@@ -74,6 +74,8 @@ pub struct Core {
     stats: Arc<Stats>,
     metrics: Arc<Metrics>,
     draining: AtomicBool,
+    /// The lanes' backend threads, until [`take_backend_threads`](Self::take_backend_threads).
+    backend_threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Core {
@@ -95,18 +97,27 @@ impl Core {
             metrics: metrics.clone(),
             make_backend: Arc::new(make_backend),
         };
-        let lanes = [lanes::start(Class::Light, &shared)?, lanes::start(Class::Heavy, &shared)?];
+        let (light, light_thread) = lanes::start(Class::Light, &shared)?;
+        let (heavy, heavy_thread) = lanes::start(Class::Heavy, &shared)?;
         Ok(Self {
             encoder: Arc::new(encoder),
             labels: labels.into(),
             admission,
-            lanes,
+            lanes: [light, heavy],
             limits,
             batch_limits,
             stats,
             metrics,
             draining: AtomicBool::new(false),
+            backend_threads: std::sync::Mutex::new(vec![light_thread, heavy_thread]),
         })
+    }
+
+    /// The lanes' backend threads (once; later calls get none). Each ends after the last handle
+    /// of this core is dropped, once it has dropped its backend: with CUDA, the session's state
+    /// on the GPU, which has to go before the process's exit tears the driver down.
+    pub fn take_backend_threads(&self) -> Vec<std::thread::JoinHandle<()>> {
+        std::mem::take(&mut *self.backend_threads.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     pub fn labels(&self) -> &[String] {
