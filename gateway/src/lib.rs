@@ -128,6 +128,7 @@ async fn bind(addr: std::net::SocketAddr, what: &str) -> Result<TcpListener, Sta
 /// whoever waits for that line finds the others' lines already there.
 pub async fn run(config: Config) -> Result<(), StartError> {
     let (listen, admin_listen) = (config.listen, config.admin_listen);
+    let stop = shutdown();
     let gateway = build(config).await?;
 
     // Operators: until the process ends (a scrape during the drain still answers).
@@ -148,29 +149,29 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     }
 
     let client = bind(listen, "listening on").await?;
-    gateway.serve(client, shutdown()).await?;
+    gateway.serve(client, stop).await?;
     tracing::info!("gateway stopped");
     Ok(())
 }
 
-async fn shutdown() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// SIGTERM or Ctrl-C. The handlers are installed when this is called, not when the future is
+/// first polled: called before any port is announced, a signal sent as soon as the gateway
+/// listens starts the drain instead of killing the process.
+fn shutdown() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let listen = |kind: SignalKind| signal(kind).ok();
+    let received = |s: Option<Signal>| async move {
+        match s {
+            Some(mut s) => drop(s.recv().await),
+            None => std::future::pending().await,
         }
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    let (term, int) = (listen(SignalKind::terminate()), listen(SignalKind::interrupt()));
+    async move {
+        tokio::select! {
+            () = received(term) => {},
+            () = received(int) => {},
+        }
+        tracing::info!("shutting down: finishing requests in flight");
     }
-    tracing::info!("shutting down: finishing requests in flight");
 }

@@ -219,10 +219,11 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
 
     let listener = listener::bind(config.listen).map_err(|e| StartupError::Listen(config.listen, e))?;
     let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;
+    let shutdown = shutdown_signal();
     announce(addr);
     tracing::info!(%addr, "ready");
     let backends = worker.state.core.take_backend_threads();
-    let served = worker.serve(listener, shutdown_signal()).await;
+    let served = worker.serve(listener, shutdown).await;
     // Each backend thread ends once the core's last handle is gone (`serve` dropped its own),
     // after dropping its backend: with CUDA, the session's state on the GPU. That has to happen
     // before the process exits: once the exit has begun tearing the CUDA driver down, ONNX
@@ -241,18 +242,27 @@ fn announce(addr: std::net::SocketAddr) {
     let _ = out.flush();
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the worker");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// SIGTERM or SIGINT. The handlers are installed when this is called, not when the future is
+/// first polled: called before the port is announced, a signal sent as soon as the worker
+/// listens starts the drain instead of killing the process.
+fn shutdown_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let listen = |kind: SignalKind, name: &str| {
+        signal(kind)
+            .inspect_err(|e| tracing::error!(error = %e, "cannot listen for {name}; it will not stop the worker"))
+            .ok()
+    };
+    let received = |s: Option<Signal>| async move {
+        match s {
+            Some(mut s) => drop(s.recv().await),
+            None => std::future::pending().await,
         }
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+    let (term, int) = (listen(SignalKind::terminate(), "SIGTERM"), listen(SignalKind::interrupt(), "SIGINT"));
+    async move {
+        tokio::select! {
+            () = received(term) => tracing::info!("SIGTERM"),
+            () = received(int) => tracing::info!("SIGINT"),
+        }
     }
 }
