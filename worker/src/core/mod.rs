@@ -38,6 +38,9 @@ const INLINE_TOKENIZE_BYTES: usize = 512;
 /// and its wake-ups cost in CPU under load).
 const INLINE_TOKENIZE_BYTES_FAST: usize = 16 * 1024;
 
+/// The deadline of a request timeout too long for the clock, as `tokio::time::timeout` sets it.
+const FAR_FUTURE: Duration = Duration::from_secs(86400 * 365 * 30);
+
 /// Per-request bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestLimits {
@@ -147,7 +150,10 @@ impl Core {
         };
         let admitted_at = Instant::now();
         let timeout = self.limits.request_timeout;
-        let logits = tokio::time::timeout(timeout, self.run(queries, &mut ticket, admitted_at))
+        // The deadline `tokio::time::timeout` would set from a clock reading of its own a moment
+        // later (30 years on for a timeout past the clock's range), from the admission's reading.
+        let deadline = admitted_at.checked_add(timeout).unwrap_or_else(|| admitted_at + FAR_FUTURE);
+        let logits = tokio::time::timeout_at(deadline, self.run(queries, &mut ticket, admitted_at))
             .await
             .map_err(|_| CoreError::Timeout(timeout))??;
         self.stats.completed(Instant::now(), n as u64);
