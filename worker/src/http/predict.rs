@@ -5,6 +5,7 @@ use std::time::Instant as StdInstant;
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use wire::{PredictBatchResponse, PredictParams, PredictRequest};
@@ -143,10 +144,25 @@ async fn respond(state: AppState, call: Result<Call, ApiError>) -> Response {
 async fn predict(state: &AppState, call: Call) -> Result<Response, ApiError> {
     let predictions = state.core.predict(call.queries, call.all_scores).await?;
     if call.batch {
-        return Ok(Json(PredictBatchResponse { predictions }).into_response());
+        return Ok(json(PredictBatchResponse { predictions }));
     }
     let one = predictions.into_iter().next().ok_or_else(|| ApiError::Internal("no prediction for the query".into()))?;
-    Ok(Json(one).into_response())
+    Ok(json(one))
+}
+
+/// The answer `Json(value).into_response()` gives (the same body and headers), built directly:
+/// axum's builds a response with an `application/octet-stream` content type and then replaces
+/// it, through a `BytesMut` writer.
+fn json<T: serde::Serialize>(value: T) -> Response {
+    match serde_json::to_vec(&value) {
+        Ok(body) => {
+            let mut response = Response::new(Body::from(body));
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            response
+        }
+        // Cannot happen for these types; axum's own answer if it did.
+        Err(_) => Json(value).into_response(),
+    }
 }
 
 #[cfg(test)]
@@ -246,6 +262,20 @@ mod tests {
                 .prop_map(|qs| serde_json::to_vec(&serde_json::json!({"queries": qs})).unwrap()),
             nested,
         ]
+    }
+
+    #[tokio::test]
+    async fn json_answers_are_axums() {
+        let one = || wire::Prediction { intent: "PlayMusic".into(), score: 0.75, scores: None };
+        let all = wire::Prediction { scores: Some([("A".to_owned(), 0.25), ("B\"".to_owned(), 0.75)].into()), ..one() };
+        let batch = || PredictBatchResponse { predictions: vec![one(), all.clone()] };
+        let pairs = [(json(one()), Json(one()).into_response()), (json(batch()), Json(batch()).into_response())];
+        for (ours, axums) in pairs {
+            assert_eq!(ours.status(), axums.status());
+            assert_eq!(ours.headers(), axums.headers());
+            let body = |r: Response| axum::body::to_bytes(r.into_body(), usize::MAX);
+            assert_eq!(body(ours).await.unwrap(), body(axums).await.unwrap());
+        }
     }
 
     proptest! {
