@@ -270,7 +270,16 @@ fn encode(encoder: &Encoder, q: &str) -> Result<Tokens, tokenizers::Error> {
 /// Most tokens `queries` can make: each query is cut to `max_query_tokens`, and each token takes
 /// at least one visible character, besides the two special tokens ([CLS], [SEP]) per query.
 fn token_bound(queries: &[String], max_query_tokens: usize) -> u64 {
-    let per_query = |q: &String| (q.chars().filter(|c| !c.is_whitespace()).count() + 2).min(max_query_tokens);
+    let visible = |q: &String| {
+        if q.is_ascii() {
+            // The ASCII characters `char::is_whitespace` counts (`u8::is_ascii_whitespace` leaves
+            // out the vertical tab), a byte at a time.
+            q.bytes().filter(|b| !matches!(b, b'\t'..=b'\r' | b' ')).count()
+        } else {
+            q.chars().filter(|c| !c.is_whitespace()).count()
+        }
+    };
+    let per_query = |q: &String| (visible(q) + 2).min(max_query_tokens);
     queries.iter().map(per_query).sum::<usize>() as u64
 }
 
@@ -296,5 +305,9 @@ mod tests {
         }
         assert_eq!(token_bound(&[long.clone(), long], 128), 256, "each query is cut to the truncation");
         assert_eq!(token_bound(&["a b".into()], 128), 4);
+        for q in ["a\tb\nc\x0bd\x0ce\rf g", " \u{85}x\u{a0}y ", "\x00\x1f\x7f~"] {
+            let chars = q.chars().filter(|c| !c.is_whitespace()).count() as u64 + 2;
+            assert_eq!(token_bound(&[q.to_owned()], 128), chars, "{q:?}");
+        }
     }
 }
