@@ -38,6 +38,9 @@ const INLINE_TOKENIZE_BYTES: usize = 512;
 /// and its wake-ups cost in CPU under load).
 const INLINE_TOKENIZE_BYTES_FAST: usize = 16 * 1024;
 
+/// The deadline of a request timeout too long for the clock, as `tokio::time::timeout` sets it.
+const FAR_FUTURE: Duration = Duration::from_secs(86400 * 365 * 30);
+
 /// Per-request bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestLimits {
@@ -158,7 +161,10 @@ impl Core {
         };
         let admitted_at = Instant::now();
         let timeout = self.limits.request_timeout;
-        let logits = tokio::time::timeout(timeout, self.run(queries, &mut ticket, admitted_at))
+        // The deadline `tokio::time::timeout` would set from a clock reading of its own a moment
+        // later (30 years on for a timeout past the clock's range), from the admission's reading.
+        let deadline = admitted_at.checked_add(timeout).unwrap_or_else(|| admitted_at + FAR_FUTURE);
+        let logits = tokio::time::timeout_at(deadline, self.run(queries, &mut ticket, admitted_at))
             .await
             .map_err(|_| CoreError::Timeout(timeout))??;
         self.stats.completed(Instant::now(), n as u64);
@@ -275,7 +281,16 @@ fn encode(encoder: &Encoder, q: &str) -> Result<Tokens, tokenizers::Error> {
 /// Most tokens `queries` can make: each query is cut to `max_query_tokens`, and each token takes
 /// at least one visible character, besides the two special tokens ([CLS], [SEP]) per query.
 fn token_bound(queries: &[String], max_query_tokens: usize) -> u64 {
-    let per_query = |q: &String| (q.chars().filter(|c| !c.is_whitespace()).count() + 2).min(max_query_tokens);
+    let visible = |q: &String| {
+        if q.is_ascii() {
+            // The ASCII characters `char::is_whitespace` counts (`u8::is_ascii_whitespace` leaves
+            // out the vertical tab), a byte at a time.
+            q.bytes().filter(|b| !matches!(b, b'\t'..=b'\r' | b' ')).count()
+        } else {
+            q.chars().filter(|c| !c.is_whitespace()).count()
+        }
+    };
+    let per_query = |q: &String| (visible(q) + 2).min(max_query_tokens);
     queries.iter().map(per_query).sum::<usize>() as u64
 }
 
@@ -301,5 +316,9 @@ mod tests {
         }
         assert_eq!(token_bound(&[long.clone(), long], 128), 256, "each query is cut to the truncation");
         assert_eq!(token_bound(&["a b".into()], 128), 4);
+        for q in ["a\tb\nc\x0bd\x0ce\rf g", " \u{85}x\u{a0}y ", "\x00\x1f\x7f~"] {
+            let chars = q.chars().filter(|c| !c.is_whitespace()).count() as u64 + 2;
+            assert_eq!(token_bound(&[q.to_owned()], 128), chars, "{q:?}");
+        }
     }
 }
