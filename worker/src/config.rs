@@ -61,7 +61,7 @@ pub struct Config {
     /// With CUDA, capture each batch shape's run as a CUDA graph at start and replay it for
     /// every batch of that shape: one launch per batch instead of one per kernel, which takes
     /// most of the host's work per batch off the backend thread. Batches then run through device
-    /// buffers kept per shape. `auto`: off. Ignored on the CPU (nothing to capture).
+    /// buffers kept per shape. `auto`: on with CUDA. Ignored on the CPU (nothing to capture).
     #[arg(long, env = "WORKER_CUDA_GRAPH", value_enum, default_value = "auto")]
     pub cuda_graph: Toggle,
 
@@ -246,12 +246,7 @@ impl Config {
                 Toggle::Off => false,
             },
             io_binding: self.io_binding,
-            cuda_graph: cuda
-                && match self.cuda_graph {
-                    Toggle::Auto => false,
-                    Toggle::On => true,
-                    Toggle::Off => false,
-                },
+            cuda_graph: cuda && self.cuda_graph != Toggle::Off,
             conv_algo_search: self.cuda_conv_algo_search,
             copy_in_default_stream: self.cuda_copy_in_default_stream,
             arena_extend: self.cuda_arena_extend_strategy,
@@ -322,6 +317,15 @@ mod tests {
         let set =
             Config::parse_from(["worker", "--device", "cuda:0", "--max-batch-rows", "64", "--max-queue-delay", "0"]);
         assert_eq!(settings(&set), (64, 16384, Duration::ZERO, 8192));
+    }
+
+    #[test]
+    fn cuda_graphs_are_on_with_cuda_unless_turned_off() {
+        let graphs = |args: &[&str]| Config::parse_from([&["worker"], args].concat()).session_options().cuda_graph;
+        assert!(graphs(&["--device", "cuda:0"]));
+        assert!(!graphs(&["--device", "cuda:0", "--cuda-graph", "off"]));
+        assert!(!graphs(&[]));
+        assert!(!graphs(&["--cuda-graph", "on"]));
     }
 
     /// Rows of the flag table in `docs/worker.md`: flag -> (env, default).
