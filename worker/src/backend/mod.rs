@@ -35,6 +35,11 @@ pub struct InputBatch {
 }
 
 impl InputBatch {
+    /// The token ids, attention mask and token types, in that order.
+    pub fn columns(&self) -> [&[i64]; 3] {
+        [&self.input_ids, &self.attention_mask, &self.token_type_ids]
+    }
+
     /// Pads each `(ids, type_ids)` row to the longest; padding is id 0 with mask 0.
     pub fn pad<'a>(rows: impl IntoIterator<Item = (&'a [i64], &'a [i64])> + Clone) -> Self {
         Self::pad_to(rows, |r, s| (r, s))

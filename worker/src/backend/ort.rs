@@ -21,6 +21,28 @@ struct InputNames {
     token_type_ids: Option<String>,
 }
 
+impl InputNames {
+    /// Each input's name if the model has it, in the order of [`InputBatch::columns`].
+    fn each(&self) -> [Option<&str>; 3] {
+        [Some(self.input_ids.as_str()), self.attention_mask.as_deref(), self.token_type_ids.as_deref()]
+    }
+}
+
+/// One `rows x seq` buffer per input the model has (`None` for those it lacks), from `allocator`.
+fn buffers(
+    names: &InputNames,
+    allocator: &Allocator,
+    (rows, seq): (usize, usize),
+) -> ort::Result<[Option<Tensor<i64>>; 3]> {
+    let mut buffers = [None, None, None];
+    for (buffer, name) in buffers.iter_mut().zip(names.each()) {
+        if name.is_some() {
+            *buffer = Some(Tensor::<i64>::new(allocator, [rows, seq])?);
+        }
+    }
+    Ok(buffers)
+}
+
 /// How a session is made: the worker's ONNX Runtime flags (`Config::session_options`), each
 /// documented in `docs/worker.md`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -72,9 +94,8 @@ impl SessionOptions {
 /// once.
 struct Bound {
     binding: IoBinding,
-    input_ids: Tensor<i64>,
-    attention_mask: Option<Tensor<i64>>,
-    token_type_ids: Option<Tensor<i64>>,
+    /// By [`InputNames::each`].
+    inputs: [Option<Tensor<i64>>; 3],
     graph: Option<Graph>,
 }
 
@@ -86,10 +107,8 @@ struct Graph {
     /// The copy session's binding of this shape: the host buffers below in, the device buffers
     /// the graph reads out. One run (one wait for the GPU) copies every input.
     copy: IoBinding,
-    /// Host buffers of the inputs.
-    input_ids: Tensor<i64>,
-    attention_mask: Option<Tensor<i64>>,
-    token_type_ids: Option<Tensor<i64>>,
+    /// Host buffers of the inputs, by [`InputNames::each`].
+    host_inputs: [Option<Tensor<i64>>; 3],
     /// The bound output (on the device) and its host copy. (Bound in page-locked host memory
     /// instead, the output made ONNX Runtime 1.31.1 fail the first run on an H100: `CopyTensorAsync
     /// dst_data != src_data`, as `--io-binding` did.)
@@ -108,7 +127,7 @@ pub struct OrtBackend {
     buckets: Option<ShapeBuckets>,
     /// With I/O binding: where its buffers are allocated, and the buffers of each shape met.
     binding: Option<Binding>,
-    /// With CUDA graphs: how batches of a shape without one run.
+    /// With CUDA graphs: their copy session, and how shapes without a graph run.
     graphs: Option<Graphs>,
 }
 
@@ -117,8 +136,9 @@ struct Graphs {
     /// Copies a batch's inputs from host buffers into a shape's device buffers: one `Identity`
     /// per input, on the CPU provider, its outputs bound on the device.
     copier: Session,
-    /// `gpu_graph_id` -1: a shape first met after the warm-up runs without a graph (capturing
-    /// one then could put it over buffers made since; see [`OrtBackend::with_shape_buckets`]).
+    /// `gpu_graph_id` -1: a shape first met after the warm-up runs without a graph (its buffers,
+    /// made after the others' captures, could lie where their replays write; see
+    /// [`OrtBackend::with_shape_buckets`]).
     uncaptured: RunOptions<NoSelectedOutputs>,
     /// The warm-up is over: shapes not bound by then run plainly.
     sealed: bool,
@@ -127,6 +147,7 @@ struct Graphs {
 /// One lane's warm-up captures at a time: CUDA forbids some calls of other threads while a
 /// stream is captured (ONNX Runtime captures in CUDA's global mode).
 static CAPTURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 impl std::fmt::Debug for OrtBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OrtBackend").field("inputs", &self.inputs).field("output", &self.output).finish()
@@ -374,15 +395,11 @@ impl OrtBackend {
         let write = |t: &mut Tensor<i64>, data: &[i64]| t.extract_tensor_mut().1.copy_from_slice(data);
         let Some(graph) = &mut bound.graph else {
             // Host buffers: written in place and bound again (binding takes what they hold then).
-            write(&mut bound.input_ids, &batch.input_ids);
-            bound.binding.bind_input(inputs.input_ids.as_str(), &bound.input_ids).map_err(err)?;
-            if let (Some(name), Some(t)) = (&inputs.attention_mask, &mut bound.attention_mask) {
-                write(t, &batch.attention_mask);
-                bound.binding.bind_input(name.as_str(), t).map_err(err)?;
-            }
-            if let (Some(name), Some(t)) = (&inputs.token_type_ids, &mut bound.token_type_ids) {
-                write(t, &batch.token_type_ids);
-                bound.binding.bind_input(name.as_str(), t).map_err(err)?;
+            for ((name, t), data) in inputs.each().into_iter().zip(&mut bound.inputs).zip(batch.columns()) {
+                if let (Some(name), Some(t)) = (name, t) {
+                    write(t, data);
+                    bound.binding.bind_input(name, t).map_err(err)?;
+                }
             }
             let outputs = session.run_binding(&bound.binding).map_err(err)?;
             let (out_shape, logits) = outputs[output.as_str()].try_extract_tensor::<f32>().map_err(err)?;
@@ -390,15 +407,11 @@ impl OrtBackend {
         };
         // Device buffers, bound once: the batch is written to host buffers, copied into them by
         // one run of the copy session, the graph replayed, and the logits copied back.
-        write(&mut graph.input_ids, &batch.input_ids);
-        graph.copy.bind_input(inputs.input_ids.as_str(), &graph.input_ids).map_err(err)?;
-        if let (Some(name), Some(host)) = (&inputs.attention_mask, &mut graph.attention_mask) {
-            write(host, &batch.attention_mask);
-            graph.copy.bind_input(name.as_str(), host).map_err(err)?;
-        }
-        if let (Some(name), Some(host)) = (&inputs.token_type_ids, &mut graph.token_type_ids) {
-            write(host, &batch.token_type_ids);
-            graph.copy.bind_input(name.as_str(), host).map_err(err)?;
+        for ((name, host), data) in inputs.each().into_iter().zip(&mut graph.host_inputs).zip(batch.columns()) {
+            if let (Some(name), Some(host)) = (name, host) {
+                write(host, data);
+                graph.copy.bind_input(name, host).map_err(err)?;
+            }
         }
         let copier = &mut graphs.as_mut().expect("graphs on").copier;
         drop(copier.run_binding(&graph.copy).map_err(err)?);
@@ -415,11 +428,7 @@ impl OrtBackend {
 fn copier(env: &ort::environment::Environment, inputs: &InputNames, device: Device) -> ort::Result<Session> {
     use ort::editor::{Graph, Model, Node, ONNX_DOMAIN, Opset};
     use ort::value::{Outlet, Shape, SymbolicDimensions};
-    let names: Vec<&str> =
-        [Some(inputs.input_ids.as_str()), inputs.attention_mask.as_deref(), inputs.token_type_ids.as_deref()]
-            .into_iter()
-            .flatten()
-            .collect();
+    let names: Vec<&str> = inputs.each().into_iter().flatten().collect();
     let tensor = || ValueType::Tensor {
         ty: TensorElementType::Int64,
         shape: Shape::new([-1, -1]),
@@ -457,12 +466,9 @@ impl Bound {
         graph: Option<(&Graphs, usize)>,
     ) -> Result<Self, BackendError> {
         let err = |e: ort::Error| BackendError::Inference(e.to_string());
-        let tensor = |a: &Allocator| Tensor::<i64>::new(a, [rows, seq]).map_err(err);
         let mut bound = Bound {
             binding: session.create_binding().map_err(err)?,
-            input_ids: tensor(allocator)?,
-            attention_mask: inputs.attention_mask.as_ref().map(|_| tensor(allocator)).transpose()?,
-            token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor(allocator)).transpose()?,
+            inputs: buffers(inputs, allocator, (rows, seq)).map_err(err)?,
             graph: None,
         };
         let Some((graphs, id)) = graph else {
@@ -471,12 +477,7 @@ impl Bound {
             return Ok(bound);
         };
         let mut copy = graphs.copier.create_binding().map_err(err)?;
-        let device = [
-            (Some(inputs.input_ids.as_str()), Some(&mut bound.input_ids)),
-            (inputs.attention_mask.as_deref(), bound.attention_mask.as_mut()),
-            (inputs.token_type_ids.as_deref(), bound.token_type_ids.as_mut()),
-        ];
-        for (name, t) in device {
+        for (name, t) in inputs.each().into_iter().zip(&mut bound.inputs) {
             if let (Some(name), Some(t)) = (name, t) {
                 bound.binding.bind_input(name, t).map_err(err)?;
                 copy.bind_output(format!("{name}.copy"), t).map_err(err)?;
@@ -490,9 +491,7 @@ impl Bound {
         bound.graph = Some(Graph {
             run_options,
             copy,
-            input_ids: tensor(&host)?,
-            attention_mask: inputs.attention_mask.as_ref().map(|_| tensor(&host)).transpose()?,
-            token_type_ids: inputs.token_type_ids.as_ref().map(|_| tensor(&host)).transpose()?,
+            host_inputs: buffers(inputs, &host, (rows, seq)).map_err(err)?,
             output: out,
             host_output: Tensor::<f32>::new(&host, [rows, num_labels]).map_err(err)?,
         });
@@ -530,14 +529,11 @@ impl Backend for OrtBackend {
         fn view(shape: [usize; 2], data: &[i64]) -> Result<SessionInputValue<'_>, BackendError> {
             Ok(TensorRef::from_array_view((shape, data)).map_err(|e| BackendError::Inference(e.to_string()))?.into())
         }
-        let tensor = |data| view(shape, data);
-        let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
-            vec![(Cow::from(self.inputs.input_ids.as_str()), tensor(&batch.input_ids)?)];
-        if let Some(name) = &self.inputs.attention_mask {
-            inputs.push((Cow::from(name.as_str()), tensor(&batch.attention_mask)?));
-        }
-        if let Some(name) = &self.inputs.token_type_ids {
-            inputs.push((Cow::from(name.as_str()), tensor(&batch.token_type_ids)?));
+        let mut inputs: Vec<(Cow<'_, str>, SessionInputValue<'_>)> = Vec::with_capacity(3);
+        for (name, data) in self.inputs.each().into_iter().zip(batch.columns()) {
+            if let Some(name) = name {
+                inputs.push((Cow::from(name), view(shape, data)?));
+            }
         }
         let outputs = match &self.graphs {
             Some(graphs) => self.session.run_with_options(inputs, &graphs.uncaptured),
