@@ -128,7 +128,12 @@ async fn bind(addr: std::net::SocketAddr, what: &str) -> Result<TcpListener, Sta
 /// whoever waits for that line finds the others' lines already there.
 pub async fn run(config: Config) -> Result<(), StartError> {
     let (listen, admin_listen) = (config.listen, config.admin_listen);
-    let stop = shutdown();
+    // Before any port is announced (see `listener::stop_signal`).
+    let stop = listener::stop_signal();
+    let stop = async {
+        let signal = stop.await;
+        tracing::info!(signal, "shutting down: finishing requests in flight");
+    };
     let gateway = build(config).await?;
 
     // Operators: until the process ends (a scrape during the drain still answers).
@@ -152,26 +157,4 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     gateway.serve(client, stop).await?;
     tracing::info!("gateway stopped");
     Ok(())
-}
-
-/// SIGTERM or Ctrl-C. The handlers are installed when this is called, not when the future is
-/// first polled: called before any port is announced, a signal sent as soon as the gateway
-/// listens starts the drain instead of killing the process.
-fn shutdown() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{Signal, SignalKind, signal};
-    let listen = |kind: SignalKind| signal(kind).ok();
-    let received = |s: Option<Signal>| async move {
-        match s {
-            Some(mut s) => drop(s.recv().await),
-            None => std::future::pending().await,
-        }
-    };
-    let (term, int) = (listen(SignalKind::terminate()), listen(SignalKind::interrupt()));
-    async move {
-        tokio::select! {
-            () = received(term) => {},
-            () = received(int) => {},
-        }
-        tracing::info!("shutting down: finishing requests in flight");
-    }
 }

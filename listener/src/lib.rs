@@ -53,6 +53,7 @@ mod phase;
 mod registry;
 mod server;
 mod service;
+mod signal;
 
 pub use args::{
     Config, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
@@ -67,6 +68,7 @@ pub use metrics::Metrics;
 pub use nofile::raise_nofile_limit;
 pub use phase::TimeoutKind;
 pub use server::Server;
+pub use signal::stop_signal;
 
 /// The error type hyper and tower accept from services and bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -219,7 +219,9 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
 
     let listener = listener::bind(config.listen).map_err(|e| StartupError::Listen(config.listen, e))?;
     let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;
-    let shutdown = shutdown_signal();
+    // Before the port is announced (see `listener::stop_signal`).
+    let stop = listener::stop_signal();
+    let shutdown = async { tracing::info!("{}", stop.await) };
     announce(addr);
     tracing::info!(%addr, "ready");
     let backends = worker.state.core.take_backend_threads();
@@ -240,29 +242,4 @@ fn announce(addr: std::net::SocketAddr) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "listening on http://{addr}");
     let _ = out.flush();
-}
-
-/// SIGTERM or SIGINT. The handlers are installed when this is called, not when the future is
-/// first polled: called before the port is announced, a signal sent as soon as the worker
-/// listens starts the drain instead of killing the process.
-fn shutdown_signal() -> impl Future<Output = ()> {
-    use tokio::signal::unix::{Signal, SignalKind, signal};
-    let listen = |kind: SignalKind, name: &str| {
-        signal(kind)
-            .inspect_err(|e| tracing::error!(error = %e, "cannot listen for {name}; it will not stop the worker"))
-            .ok()
-    };
-    let received = |s: Option<Signal>| async move {
-        match s {
-            Some(mut s) => drop(s.recv().await),
-            None => std::future::pending().await,
-        }
-    };
-    let (term, int) = (listen(SignalKind::terminate(), "SIGTERM"), listen(SignalKind::interrupt(), "SIGINT"));
-    async move {
-        tokio::select! {
-            () = received(term) => tracing::info!("SIGTERM"),
-            () = received(int) => tracing::info!("SIGINT"),
-        }
-    }
 }
