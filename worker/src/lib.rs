@@ -221,7 +221,11 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;
     // Before the port is announced (see `listener::stop_signal`).
     let stop = listener::stop_signal();
-    let shutdown = async { tracing::info!("{}", stop.await) };
+    let shutdown = async {
+        // Awaited outside the log macro, which skips its arguments when the level is off.
+        let signal = stop.await;
+        tracing::info!("{signal}");
+    };
     announce(addr);
     tracing::info!(%addr, "ready");
     let backends = worker.state.core.take_backend_threads();
