@@ -140,8 +140,6 @@ struct Graphs {
     /// made after the others' captures, could lie where their replays write; see
     /// [`OrtBackend::with_shape_buckets`]).
     uncaptured: RunOptions<NoSelectedOutputs>,
-    /// The warm-up is over: shapes not bound by then run plainly.
-    sealed: bool,
 }
 
 /// One lane's warm-up captures at a time: CUDA forbids some calls of other threads while a
@@ -263,7 +261,7 @@ impl OrtBackend {
             let mut uncaptured = RunOptions::new().map_err(load)?;
             uncaptured.set("gpu_graph_id", "-1").map_err(load)?;
             let copier = copier(env, &backend.inputs, options.device).map_err(load)?;
-            backend.graphs = Some(Graphs { copier, uncaptured, sealed: false });
+            backend.graphs = Some(Graphs { copier, uncaptured });
         } else if options.io_binding {
             // Page-locked host memory with CUDA: the copies to and from the GPU go straight from
             // and to it. On the CPU, the session's own allocator.
@@ -365,10 +363,8 @@ impl OrtBackend {
             seconds = started.elapsed().as_secs_f64(),
             "warmed up batch shapes"
         );
+        // From here on, a shape not bound yet runs without a graph (`infer`).
         self.buckets = Some(buckets);
-        if let Some(graphs) = &mut self.graphs {
-            graphs.sealed = true;
-        }
         Ok(self)
     }
 }
@@ -515,10 +511,11 @@ fn split_logits(
 
 impl Backend for OrtBackend {
     fn infer(&mut self, batch: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
-        let bound = match (&self.binding, &self.graphs) {
-            (None, _) => false,
-            (Some(_), Some(Graphs { sealed: false, .. }) | None) => true,
-            (Some((_, shapes)), Some(_)) => shapes.contains_key(&(batch.rows, batch.seq_len)),
+        // With CUDA graphs, after the warm-up (buckets set), only the shapes bound by then.
+        let bound = match (&self.binding, &self.graphs, &self.buckets) {
+            (None, _, _) => false,
+            (Some((_, shapes)), Some(_), Some(_)) => shapes.contains_key(&(batch.rows, batch.seq_len)),
+            (Some(_), _, _) => true,
         };
         if bound {
             return self.infer_bound(batch);
