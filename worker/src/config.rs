@@ -86,6 +86,14 @@ pub struct Config {
     #[arg(long, env = "WORKER_CUDA_SYNC", value_enum, default_value = "auto")]
     pub cuda_sync: CudaSync,
 
+    /// Backend sessions in the light lane, each on a thread of its own, running the lane's
+    /// batches at the same time (the heavy lane keeps one). With CUDA, a second session prepares
+    /// and launches its batch while the first's runs on the GPU, so a session's waits (and with
+    /// `--cuda-sync blocking` its wake-ups) overlap the other's work. Each session holds its own
+    /// copy of the model and, with graphs, its own captures.
+    #[arg(long, env = "WORKER_SESSIONS", default_value_t = 1)]
+    pub sessions: usize,
+
     /// CUDA provider `gpu_mem_limit`: most bytes of the GPU memory arena, per session; 0: no limit.
     #[arg(long, env = "WORKER_CUDA_MEM_LIMIT", default_value_t = 0)]
     pub cuda_mem_limit: usize,

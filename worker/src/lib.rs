@@ -76,8 +76,9 @@ pub struct Worker {
     listener_metrics: listener::Metrics,
 }
 
-/// Builds a worker for `model` around the backends that `make_backend` makes: one per lane
-/// ([`Class`]), each called on that lane's own thread; the first error is returned here.
+/// Builds a worker for `model` around the backends that `make_backend` makes: one per session of
+/// each lane ([`Class`]), each called on that session's own thread; the first error is returned
+/// here.
 pub async fn build<B, F>(config: &Config, model: ModelDir, make_backend: F) -> Result<Worker, StartupError>
 where
     B: Backend,
@@ -95,7 +96,10 @@ where
     let metrics = Arc::new(Metrics::register(&mut registry));
     let listener_metrics = listener::Metrics::register(&mut registry, "worker");
 
-    let (loaded_tx, mut loaded_rx) = mpsc::channel(Class::ALL.len());
+    // The light lane's sessions; the heavy lane's rare, long batches keep one.
+    let sessions = [config.sessions.max(1), 1];
+    let backends: usize = sessions.iter().sum();
+    let (loaded_tx, mut loaded_rx) = mpsc::channel(backends);
     let setup = move |class| {
         let made = make_backend(class);
         let (report, backend) = match made {
@@ -120,11 +124,12 @@ where
             tokens: config.queue_capacity_tokens,
             heavy_request_tokens: config.heavy_request_tokens,
         },
+        sessions,
         stats: stats.clone(),
         metrics: metrics.clone(),
     };
     let core = Arc::new(Core::start(parts, setup).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?);
-    for _ in Class::ALL {
+    for _ in 0..backends {
         let loaded = loaded_rx.recv().await;
         loaded.ok_or_else(|| StartupError::Other("a backend thread ended while loading".into()))??;
     }

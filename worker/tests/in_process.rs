@@ -203,6 +203,33 @@ async fn queries_arriving_while_the_backend_is_busy_leave_in_one_batch() {
 }
 
 #[tokio::test]
+async fn with_two_sessions_a_second_batch_runs_while_the_first_is_held() {
+    let fake = FakeBackend::new(7);
+    let w = start(&["--sessions", "2"], &fake).await;
+    let app = w.app();
+    fake.hold();
+    let ask = |query: &'static str| {
+        let app = app.clone();
+        tokio::spawn(async move { get(&app, &predict_uri(query)).await })
+    };
+    let first = ask("play some jazz music");
+    wait_until("the first query is at a session", || fake.waiting() == 1).await;
+    let second = ask("book a table for two tonight");
+    wait_until("the second query is at the other session", || fake.waiting() == 2).await;
+    let queue = &get(&app, "/v1/stats").await.body["queue"];
+    assert_eq!((queue["in_flight"].as_u64(), queue["queued"].as_u64()), (Some(2), Some(0)), "{queue}");
+    fake.release();
+    for (answer, query) in [(first, "play some jazz music"), (second, "book a table for two tonight")] {
+        let a = answer.await.unwrap();
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.body["intent"], expected_intent(query), "{}", a.body);
+    }
+    assert_eq!(fake.batches().iter().map(|b| b.rows).collect::<Vec<_>>(), [1, 1]);
+    let queue = &get(&app, "/v1/stats").await.body["queue"];
+    assert_eq!(queue["in_flight"].as_u64(), Some(0), "{queue}");
+}
+
+#[tokio::test]
 async fn a_request_past_its_timeout_gets_504_and_a_failed_batch_a_json_500() {
     let fake = FakeBackend::new(7);
     let w = start(&["--request-timeout", "200ms"], &fake).await;

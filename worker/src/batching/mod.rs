@@ -73,14 +73,28 @@ impl Pending for Entry {
 }
 
 /// Batches handed to the backend and not yet finished, shared by the queue task and the backend
-/// thread. The queue cuts a partial batch only when this is zero.
-#[derive(Debug, Default)]
+/// threads. The queue cuts a partial batch only while fewer than `sessions` are (a session is
+/// free to run it at once).
+#[derive(Debug)]
 pub struct BackendLoad {
     pending: AtomicUsize,
+    /// How many batches the backend runs at once: the lane's sessions, each on its own thread.
+    sessions: usize,
     finished: Notify,
 }
 
+impl Default for BackendLoad {
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
+
 impl BackendLoad {
+    /// A backend of `sessions` sessions (at least one).
+    pub fn new(sessions: usize) -> Self {
+        Self { pending: AtomicUsize::new(0), sessions: sessions.max(1), finished: Notify::new() }
+    }
+
     /// The queue task hands a batch over.
     pub fn handed(&self) {
         self.pending.fetch_add(1, Ordering::SeqCst);
@@ -92,8 +106,9 @@ impl BackendLoad {
         self.finished.notify_one();
     }
 
-    pub fn is_idle(&self) -> bool {
-        self.pending.load(Ordering::SeqCst) == 0
+    /// A session is free: a batch handed now runs at once.
+    pub fn has_room(&self) -> bool {
+        self.pending.load(Ordering::SeqCst) < self.sessions
     }
 
     /// Resolves after the next [`finished`](Self::finished) (or at once if one was missed).

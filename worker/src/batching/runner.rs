@@ -2,7 +2,7 @@
 //! each query with its logits. What it measures goes to an [`Observer`] (the core implements it),
 //! so this module knows nothing of metrics or HTTP.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -35,8 +35,8 @@ pub trait Observer: Send + Sync + 'static {
     fn waited(&self, wait: Duration);
     /// The batch ran (called before its queries are answered, so figures are in place first).
     fn ran(&self, report: &BatchReport);
-    /// Its queries are answered: nothing is in flight.
-    fn done(&self);
+    /// The batch [started](Self::started) with these figures is answered.
+    fn done(&self, rows: usize, tokens: usize);
 }
 
 /// Tells the queue a batch is finished on every way out of [`run_batch`].
@@ -48,13 +48,17 @@ impl Drop for Finished<'_> {
     }
 }
 
+/// The queue of batches, shared by a lane's backend threads (one per session).
+pub type Batches = Arc<Mutex<mpsc::Receiver<Batch<Entry>>>>;
+
 /// Runs `backend` on a new thread named `name` until `batches` is closed. `setup` runs first, on
 /// that thread (to lower its priority, say) and makes the backend there: a backend whose
-/// library starts threads of its own starts them from this one.
+/// library starts threads of its own starts them from this one. Threads sharing `batches` take
+/// turns waiting for the next batch, and run theirs at the same time.
 pub fn spawn<B, F>(
     name: &str,
     setup: F,
-    mut batches: mpsc::Receiver<Batch<Entry>>,
+    batches: Batches,
     backend_load: Arc<BackendLoad>,
     observer: Arc<dyn Observer>,
 ) -> std::io::Result<JoinHandle<()>>
@@ -64,7 +68,10 @@ where
 {
     std::thread::Builder::new().name(name.into()).spawn(move || {
         let Some(mut backend) = setup() else { return };
-        while let Some(batch) = batches.blocking_recv() {
+        loop {
+            // The lock is held while this thread waits, and released before the batch runs.
+            let batch = batches.lock().unwrap_or_else(|e| e.into_inner()).blocking_recv();
+            let Some(batch) = batch else { break };
             run_batch(&mut backend, batch, &backend_load, &*observer);
         }
     })
@@ -80,7 +87,8 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, load: &BackendLoa
     if live.is_empty() {
         return;
     }
-    obs.started(live.len(), live.iter().map(|q| q.item.tokens()).sum());
+    let tokens = live.iter().map(|q| q.item.tokens()).sum();
+    obs.started(live.len(), tokens);
     let mut total_wait = Duration::ZERO;
     for q in &live {
         let wait = started.saturating_duration_since(q.item.admitted_at);
@@ -109,5 +117,5 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, load: &BackendLoa
             }
         }
     }
-    obs.done();
+    obs.done(rows, tokens);
 }

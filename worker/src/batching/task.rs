@@ -1,9 +1,9 @@
 //! The thin async loop around [`State`]: receives tokenized queries, hands ready batches to the
 //! backend through a channel of one slot (at most one batch prefetched).
 //!
-//! The slot is reserved *before* a batch is formed, and while the backend is busy only a full
-//! batch is cut: a batch is cut as late as possible, with every query that arrived while the
-//! backend was busy. When the backend finishes it says so ([`BackendLoad`]) and the waiting
+//! The slot is reserved *before* a batch is formed, and while every backend session is busy only
+//! a full batch is cut: a batch is cut as late as possible, with every query that arrived while
+//! the sessions were busy. When a session finishes it says so ([`BackendLoad`]) and the waiting
 //! queries leave at once.
 
 use std::sync::Arc;
@@ -50,20 +50,20 @@ pub async fn run<T: Pending + Send>(
             while let Ok(item) = rx.try_recv() {
                 state.push(item, Instant::now());
             }
-            let idle = backend.is_idle();
-            let batch = state.next_batch(Instant::now(), idle);
+            let free = backend.has_room();
+            let batch = state.next_batch(Instant::now(), free);
             report(&state);
             if let Some(batch) = batch {
                 break batch;
             }
-            let deadline = state.next_deadline().filter(|_| idle);
+            let deadline = state.next_deadline().filter(|_| free);
             tokio::select! {
                 item = rx.recv() => match item {
                     Some(item) => state.push(item, Instant::now()),
                     None => break 'outer,
                 },
                 () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
-                () = backend.wait_finished(), if !idle => {}
+                () = backend.wait_finished(), if !free => {}
             }
         };
         backend.handed();
@@ -185,6 +185,34 @@ mod tests {
         let batch = out_rx.recv().await.unwrap();
         assert_eq!(batch.entries.len(), 10, "all ten leave together");
         assert_eq!(Instant::now(), finished_at, "at once when the backend is free");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_two_sessions_a_partial_batch_leaves_while_one_is_busy() {
+        let (in_tx, in_rx) = mpsc::channel(64);
+        let (out_tx, mut out_rx) = mpsc::channel(1);
+        let backend = Arc::new(BackendLoad::new(2));
+        tokio::spawn(run(limits(32, 1), in_rx, out_tx, backend.clone(), ignore));
+        in_tx.send(Q(3)).await.unwrap();
+        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 1);
+        for _ in 0..3 {
+            in_tx.send(Q(3)).await.unwrap();
+        }
+        let t0 = Instant::now();
+        // One session is busy, the other free: the three leave without waiting for the first.
+        let batch = tokio::time::timeout(Duration::from_millis(10), out_rx.recv()).await;
+        assert_eq!(batch.expect("a batch while a session is free").unwrap().entries.len(), 3);
+        assert!(Instant::now() - t0 <= Duration::from_millis(1));
+        // Both busy: only a full batch would leave.
+        for _ in 0..5 {
+            in_tx.send(Q(3)).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(out_rx.try_recv().is_err());
+        let finished_at = Instant::now();
+        backend.finished();
+        assert_eq!(out_rx.recv().await.unwrap().entries.len(), 5);
+        assert_eq!(Instant::now(), finished_at, "at once when a session is free");
     }
 
     #[tokio::test(start_paused = true)]

@@ -79,7 +79,7 @@ struct Usage {
     /// heavy.
     pending: [u64; 2],
     class: [Held; 2],
-    /// In the batch each lane's backend is running.
+    /// In the batches each lane's backend sessions are running.
     in_flight: [Held; 2],
 }
 
@@ -166,9 +166,18 @@ impl Admission {
         self.lock().queries()
     }
 
-    /// Set from `lane`'s backend thread to the batch it runs (zeros between batches).
-    pub fn set_in_flight(&self, lane: Class, queries: u64, tokens: u64) {
-        self.lock().in_flight[lane.index()] = Held { queries, tokens };
+    /// From `lane`'s backend threads: a batch of `queries` holding `tokens` starts.
+    pub fn batch_started(&self, lane: Class, queries: u64, tokens: u64) {
+        let held = &mut self.lock().in_flight[lane.index()];
+        held.queries += queries;
+        held.tokens += tokens;
+    }
+
+    /// From `lane`'s backend threads: a batch [started](Self::batch_started) is answered.
+    pub fn batch_done(&self, lane: Class, queries: u64, tokens: u64) {
+        let held = &mut self.lock().in_flight[lane.index()];
+        held.queries = held.queries.saturating_sub(queries);
+        held.tokens = held.tokens.saturating_sub(tokens);
     }
 
     pub fn stats(&self, limits: Limits) -> QueueStats {
@@ -250,13 +259,13 @@ mod tests {
         assert_eq!(a.try_admit(2, 10).unwrap_err(), Refused::Queries, "only one place left");
         let mut t2 = a.try_admit(1, 10).expect("the last place");
         t2.charge(20).unwrap();
-        a.set_in_flight(Class::Light, 1, 20);
+        a.batch_started(Class::Light, 1, 20);
         let s = a.stats(limits());
         assert_eq!((s.queued, s.in_flight, s.capacity), (3, 1, 4));
         assert_eq!((s.queued_tokens, s.in_flight_tokens, s.capacity_tokens), (0, 20, 1000));
         drop(t1);
         drop(t2);
-        a.set_in_flight(Class::Light, 0, 0);
+        a.batch_done(Class::Light, 1, 20);
         assert_eq!(a.outstanding(), 0);
         assert_eq!(a.stats(limits()).queued_tokens, 0);
         assert!(a.try_admit(5, 10).is_err(), "more than the capacity never fits");

@@ -1,12 +1,12 @@
-//! The lanes: one per request class, each a queue, a batching task and a backend thread of its
-//! own (`Admission` decides the class). A light request's queries never wait behind a heavy
+//! The lanes: one per request class, each a queue, a batching task and backend threads of its
+//! own, one per session (`Admission` decides the class). A light request's queries never wait behind a heavy
 //! request's batch; when both lanes have work the operating system shares the CPU between their
 //! backend threads, and the heavy lane's thread runs at a lower priority (`nice` +5 on Linux, a
 //! CFS weight of 335 against 1024: about a quarter of a contended core), so cheap requests keep
 //! most of their throughput while heavy ones still make progress. On a GPU the two lanes' batches
 //! interleave on the device.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
@@ -28,23 +28,27 @@ pub(super) struct Shared<F> {
     pub admission: Arc<Admission>,
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
-    /// Makes the lane's backend, on the lane's thread.
+    /// Sessions in each lane, by [`Class`]: backends, each on a thread of its own, running the
+    /// lane's batches at the same time.
+    pub sessions: [usize; 2],
+    /// Makes one of the lane's backends, on that backend's thread.
     pub make_backend: Arc<F>,
 }
 
-/// Starts `class`'s lane; returns the sender of its queue and its backend thread, which ends
-/// (dropping its backend) once every sender is gone. Must be called within a runtime.
+/// Starts `class`'s lane; returns the sender of its queue and its backend threads, which end
+/// (dropping their backends) once every sender is gone. Must be called within a runtime.
 pub(super) fn start<B, F>(
     class: Class,
     shared: &Shared<F>,
-) -> std::io::Result<(mpsc::Sender<Entry>, std::thread::JoinHandle<()>)>
+) -> std::io::Result<(mpsc::Sender<Entry>, Vec<std::thread::JoinHandle<()>>)>
 where
     B: Backend,
     F: Fn(Class) -> Option<B> + Send + Sync + 'static,
 {
     let (queue_tx, queue_rx) = mpsc::channel(shared.queue_capacity.max(1));
     let (batch_tx, batch_rx) = mpsc::channel(1);
-    let backend_load = Arc::new(BackendLoad::default());
+    let sessions = shared.sessions[class as usize].max(1);
+    let backend_load = Arc::new(BackendLoad::new(sessions));
     let cancelled = shared.metrics.cancelled.clone();
     tokio::spawn(batching::task::run(shared.batch_limits, queue_rx, batch_tx, backend_load.clone(), move |n| {
         cancelled.inc_by(n);
@@ -55,16 +59,21 @@ where
         stats: shared.stats.clone(),
         metrics: shared.metrics.clone(),
     });
-    let make = shared.make_backend.clone();
-    let setup = move || {
-        if class == Class::Heavy {
-            lower_priority();
-        }
-        make(class)
-    };
-    let thread =
-        batching::runner::spawn(&format!("backend-{}", class.as_str()), setup, batch_rx, backend_load, observer)?;
-    Ok((queue_tx, thread))
+    let batches = Arc::new(Mutex::new(batch_rx));
+    let threads = (0..sessions)
+        .map(|_| {
+            let make = shared.make_backend.clone();
+            let setup = move || {
+                if class == Class::Heavy {
+                    lower_priority();
+                }
+                make(class)
+            };
+            let name = format!("backend-{}", class.as_str());
+            batching::runner::spawn(&name, setup, batches.clone(), backend_load.clone(), observer.clone())
+        })
+        .collect::<std::io::Result<_>>()?;
+    Ok((queue_tx, threads))
 }
 
 /// Lowers the calling thread's priority (on Linux `nice` is per thread; threads it starts, such as

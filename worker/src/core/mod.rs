@@ -61,6 +61,8 @@ pub struct Parts {
     pub batch_limits: Limits,
     /// Most queries and tokens admitted at once, and the size of a heavy request.
     pub capacity: Capacity,
+    /// Backend sessions per lane, by [`Class`] (each at least one).
+    pub sessions: [usize; 2],
     pub stats: Arc<Stats>,
     pub metrics: Arc<Metrics>,
 }
@@ -82,15 +84,15 @@ pub struct Core {
 }
 
 impl Core {
-    /// Starts a lane per [`Class`] (a batching task and a backend thread each); `make_backend`
-    /// makes each lane's backend on that lane's thread (`None`: it could not, and has said why).
+    /// Starts a lane per [`Class`] (a batching task and a backend thread per session each);
+    /// `make_backend` makes each session's backend on that session's thread (`None`: it could not, and has said why).
     /// Must be called within a tokio runtime.
     pub fn start<B, F>(parts: Parts, make_backend: F) -> std::io::Result<Self>
     where
         B: Backend,
         F: Fn(Class) -> Option<B> + Send + Sync + 'static,
     {
-        let Parts { encoder, labels, limits, batch_limits, capacity, stats, metrics } = parts;
+        let Parts { encoder, labels, limits, batch_limits, capacity, sessions, stats, metrics } = parts;
         let admission = Arc::new(Admission::new(capacity));
         let shared = lanes::Shared {
             batch_limits,
@@ -98,10 +100,12 @@ impl Core {
             admission: admission.clone(),
             stats: stats.clone(),
             metrics: metrics.clone(),
+            sessions,
             make_backend: Arc::new(make_backend),
         };
-        let (light, light_thread) = lanes::start(Class::Light, &shared)?;
-        let (heavy, heavy_thread) = lanes::start(Class::Heavy, &shared)?;
+        let (light, mut threads) = lanes::start(Class::Light, &shared)?;
+        let (heavy, heavy_threads) = lanes::start(Class::Heavy, &shared)?;
+        threads.extend(heavy_threads);
         Ok(Self {
             encoder: Arc::new(encoder),
             labels: labels.into(),
@@ -112,7 +116,7 @@ impl Core {
             stats,
             metrics,
             draining: AtomicBool::new(false),
-            backend_threads: std::sync::Mutex::new(vec![light_thread, heavy_thread]),
+            backend_threads: std::sync::Mutex::new(threads),
         })
     }
 
@@ -211,7 +215,7 @@ impl Core {
             self.stats.rejected(Instant::now(), n);
             return Err(CoreError::Overloaded);
         };
-        self.stats.admitted(Instant::now(), n);
+        self.stats.admitted(admitted_at, n);
         self.metrics.admitted(class, tokens);
         let queue = &self.lanes[class as usize];
         // The request's span, when it was made up front (for the backend thread's trace line).

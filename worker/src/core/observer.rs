@@ -26,7 +26,7 @@ impl Observer for Telemetry {
     }
 
     fn started(&self, rows: usize, tokens: usize) {
-        self.admission.set_in_flight(self.lane, rows as u64, tokens as u64);
+        self.admission.batch_started(self.lane, rows as u64, tokens as u64);
     }
 
     fn waited(&self, wait: Duration) {
@@ -40,7 +40,7 @@ impl Observer for Telemetry {
         self.stats.batch(Instant::now(), r.rows as u64, r.padded_len as u64, r.elapsed, r.total_wait);
     }
 
-    fn done(&self) {
-        self.admission.set_in_flight(self.lane, 0, 0);
+    fn done(&self, rows: usize, tokens: usize) {
+        self.admission.batch_done(self.lane, rows as u64, tokens as u64);
     }
 }
