@@ -1,11 +1,11 @@
 //! Prometheus metrics: every family the gateway exports is declared here, with its labels; the
 //! names and labels are documented in one table in `gateway/README.md`.
 
+use listener::shard::{Counter, Histogram};
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 

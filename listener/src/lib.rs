@@ -53,6 +53,7 @@ mod phase;
 mod registry;
 mod server;
 mod service;
+pub mod shard;
 mod signal;
 
 pub use args::{

@@ -1,11 +1,13 @@
-//! Prometheus metrics. Every name and label is listed in `docs/worker.md`.
+//! Prometheus metrics. Every name and label is listed in `docs/worker.md`. Counters and
+//! histograms are sharded ([`listener::shard`]): every request writes several, from every
+//! runtime thread.
 
+use listener::shard::{Counter, Histogram};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use wire::{GpuTelemetry, QueueStats};

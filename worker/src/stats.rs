@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 use wire::{BatchStats, RateStats};
 
@@ -20,18 +21,45 @@ struct Bucket {
     waits: u64,
 }
 
-/// Per-second counts of one kind, written by every request without a lock: a ring of atomics,
-/// each holding the second it counts (high 32 bits) and its count (low 32 bits). A slot found
-/// holding an older second is restarted at the new one.
+/// Per-second counts of one kind, written by every request without a lock or a shared cache
+/// line: a [`Ring`] per shard ([`listener::shard`]), each thread adding to its own.
+#[derive(Debug)]
+struct Counts {
+    shards: Box<[Ring]>,
+}
+
+impl Counts {
+    fn new(seconds: u64) -> Self {
+        Self { shards: (0..listener::shard::SHARDS).map(|_| Ring::new(seconds)).collect() }
+    }
+
+    fn add(&self, second: u64, n: u64) {
+        self.shards[listener::shard::index()].add(second, n);
+    }
+
+    /// The counts of seconds `from..=to` (at most the ring's length back).
+    fn sum(&self, from: u64, to: u64) -> u64 {
+        self.shards.iter().map(|r| r.sum(from, to)).sum()
+    }
+
+    fn total(&self) -> u64 {
+        self.shards.iter().map(|r| r.total.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// One shard's per-second counts: a ring of atomics, each holding the second it counts (high 32
+/// bits) and its count (low 32 bits). A slot found holding an older second is restarted at the
+/// new one. Each on a cache line of its own, so that shards never share one.
 #[derive(Debug)]
 struct Ring {
-    slots: Box<[AtomicU64]>,
-    total: AtomicU64,
+    slots: Box<[CachePadded<AtomicU64>]>,
+    total: CachePadded<AtomicU64>,
 }
 
 impl Ring {
     fn new(seconds: u64) -> Self {
-        Self { slots: (0..seconds).map(|_| AtomicU64::new(u64::MAX)).collect(), total: AtomicU64::new(0) }
+        let slots = (0..seconds).map(|_| CachePadded::new(AtomicU64::new(u64::MAX))).collect();
+        Self { slots, total: CachePadded::new(AtomicU64::new(0)) }
     }
 
     fn add(&self, second: u64, n: u64) {
@@ -66,9 +94,9 @@ impl Ring {
 pub struct Stats {
     started: Instant,
     window_s: u64,
-    admitted: Ring,
-    completed: Ring,
-    rejected: Ring,
+    admitted: Counts,
+    completed: Counts,
+    rejected: Counts,
     /// Batch figures per second, and the count of batches ever run.
     batches: Mutex<(VecDeque<Bucket>, u64)>,
 }
@@ -81,7 +109,7 @@ impl Stats {
     pub fn starting_at(started: Instant, window: Duration) -> Self {
         let window_s = window.as_secs().max(1);
         // One slot more than the window: the second being written never overwrites one still read.
-        let ring = || Ring::new(window_s + 2);
+        let ring = || Counts::new(window_s + 2);
         Self { started, window_s, admitted: ring(), completed: ring(), rejected: ring(), batches: Mutex::default() }
     }
 
@@ -152,9 +180,9 @@ impl Stats {
             arrival_per_s: self.admitted.sum(first, current) as f64 / span,
             completion_per_s: self.completed.sum(first, current) as f64 / span,
             rejected_per_s: self.rejected.sum(first, current) as f64 / span,
-            admitted_total: self.admitted.total.load(Ordering::Relaxed),
-            completed_total: self.completed.total.load(Ordering::Relaxed),
-            rejected_total: self.rejected.total.load(Ordering::Relaxed),
+            admitted_total: self.admitted.total(),
+            completed_total: self.completed.total(),
+            rejected_total: self.rejected.total(),
         };
         let batches = BatchStats {
             count: sum.batches,
@@ -220,6 +248,24 @@ mod tests {
         // Seconds 0..=5 were overwritten by 4..=9 in a ring of four: only the last four count.
         assert_eq!(ring.sum(0, 9), 32_000);
         assert_eq!(ring.sum(10, 12), 0, "seconds not yet written read zero");
+    }
+
+    #[test]
+    fn shards_add_up_to_every_threads_counts() {
+        let counts = std::sync::Arc::new(Counts::new(4));
+        std::thread::scope(|s| {
+            for t in 0..20u64 {
+                let counts = counts.clone();
+                s.spawn(move || {
+                    for second in 0..3 {
+                        counts.add(second, t + 1);
+                    }
+                });
+            }
+        });
+        assert_eq!(counts.total(), 3 * 210);
+        assert_eq!(counts.sum(0, 2), 3 * 210);
+        assert_eq!(counts.sum(1, 1), 210);
     }
 
     #[tokio::test(start_paused = true)]

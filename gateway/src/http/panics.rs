@@ -19,8 +19,8 @@ use std::sync::{Mutex, Once};
 use std::task::{Context, Poll};
 
 use axum::response::{IntoResponse, Response};
+use listener::shard::Counter;
 use pin_project_lite::pin_project;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use crate::error::RequestError;

@@ -8,8 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::Uri;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::histogram::Histogram;
+use listener::shard::{Counter, Histogram};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
