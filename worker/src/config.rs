@@ -79,10 +79,11 @@ pub struct Config {
     #[arg(long, env = "WORKER_CUDA_ARENA_EXTEND_STRATEGY", value_enum, default_value = "next-power-of-two")]
     pub cuda_arena_extend_strategy: ArenaExtend,
 
-    /// How the backend thread waits for the GPU to finish a batch (the scheduling flags of the
-    /// device's primary context): `auto` (CUDA's choice: spin while there are fewer contexts
-    /// than cores), `spin`, `yield` or `blocking` (sleep until the GPU is done: no core spent
-    /// waiting, a wake-up per batch).
+    /// How the backend threads wait for the GPU to finish a batch (the scheduling flags of the
+    /// device's primary context): `spin`, `yield` or `blocking` (sleep until the GPU is done: no
+    /// core spent waiting, a wake-up per wait). `auto`: `blocking` when the light lane has two
+    /// sessions or more (a GPU's default: one session's wake-up overlaps the other's run), else
+    /// CUDA's choice (spin while there are fewer contexts than cores).
     #[arg(long, env = "WORKER_CUDA_SYNC", value_enum, default_value = "auto")]
     pub cuda_sync: CudaSync,
 
@@ -90,9 +91,11 @@ pub struct Config {
     /// batches at the same time (the heavy lane keeps one). With CUDA, a second session prepares
     /// and launches its batch while the first's runs on the GPU, so a session's waits (and with
     /// `--cuda-sync blocking` its wake-ups) overlap the other's work. Each session holds its own
-    /// copy of the model and, with graphs, its own captures.
-    #[arg(long, env = "WORKER_SESSIONS", default_value_t = 1)]
-    pub sessions: usize,
+    /// copy of the model and, with graphs, its own captures. Default 1 on the CPU; 2 on a GPU
+    /// (measured on an H100: with blocking waits, the host CPU per request falls by about a
+    /// tenth at the same throughput).
+    #[arg(long, env = "WORKER_SESSIONS")]
+    pub sessions: Option<usize>,
 
     /// CUDA provider `gpu_mem_limit`: most bytes of the GPU memory arena, per session; 0: no limit.
     #[arg(long, env = "WORKER_CUDA_MEM_LIMIT", default_value_t = 0)]
@@ -184,6 +187,11 @@ impl Config {
         })
     }
 
+    /// Backend sessions in the light lane (at least one).
+    pub fn sessions(&self) -> usize {
+        self.per_device(self.sessions, 1, 2).max(1)
+    }
+
     pub fn max_batch_rows(&self) -> usize {
         self.per_device(self.max_batch_rows, 32, 256)
     }
@@ -259,7 +267,10 @@ impl Config {
             copy_in_default_stream: self.cuda_copy_in_default_stream,
             arena_extend: self.cuda_arena_extend_strategy,
             mem_limit: self.cuda_mem_limit,
-            cuda_sync: self.cuda_sync,
+            cuda_sync: match self.cuda_sync {
+                CudaSync::Auto if cuda && self.sessions() > 1 => CudaSync::Blocking,
+                sync => sync,
+            },
         }
     }
 }
@@ -325,6 +336,20 @@ mod tests {
         let set =
             Config::parse_from(["worker", "--device", "cuda:0", "--max-batch-rows", "64", "--max-queue-delay", "0"]);
         assert_eq!(settings(&set), (64, 16384, Duration::ZERO, 8192));
+    }
+
+    #[test]
+    fn a_gpu_runs_two_sessions_waiting_blocked_unless_told_otherwise() {
+        let set = |args: &[&str]| {
+            let c = Config::parse_from([&["worker"], args].concat());
+            (c.sessions(), c.session_options().cuda_sync)
+        };
+        assert_eq!(set(&[]), (1, CudaSync::Auto));
+        assert_eq!(set(&["--device", "cuda:0"]), (2, CudaSync::Blocking));
+        assert_eq!(set(&["--device", "cuda:0", "--sessions", "1"]), (1, CudaSync::Auto));
+        assert_eq!(set(&["--device", "cuda:0", "--cuda-sync", "spin"]), (2, CudaSync::Spin));
+        assert_eq!(set(&["--sessions", "0"]), (1, CudaSync::Auto), "at least one");
+        assert_eq!(set(&["--sessions", "3"]), (3, CudaSync::Auto), "no CUDA, nothing to set");
     }
 
     #[test]

@@ -97,7 +97,7 @@ where
     let listener_metrics = listener::Metrics::register(&mut registry, "worker");
 
     // The light lane's sessions; the heavy lane's rare, long batches keep one.
-    let sessions = [config.sessions.max(1), 1];
+    let sessions = [config.sessions(), 1];
     let backends: usize = sessions.iter().sum();
     let (loaded_tx, mut loaded_rx) = mpsc::channel(backends);
     let setup = move |class| {
