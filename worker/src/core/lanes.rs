@@ -60,6 +60,7 @@ where
         metrics: shared.metrics.clone(),
     });
     let batches = Arc::new(Mutex::new(batch_rx));
+    let name = format!("backend-{}", class.as_str());
     let threads = (0..sessions)
         .map(|_| {
             let make = shared.make_backend.clone();
@@ -69,7 +70,6 @@ where
                 }
                 make(class)
             };
-            let name = format!("backend-{}", class.as_str());
             batching::runner::spawn(&name, setup, batches.clone(), backend_load.clone(), observer.clone())
         })
         .collect::<std::io::Result<_>>()?;
