@@ -147,16 +147,16 @@ impl<T: Pending> State<T> {
         self.gap
     }
 
-    /// A batch is full, or the backend is idle and the oldest query has waited long enough.
-    pub fn is_ready(&self, now: Instant, backend_idle: bool) -> bool {
+    /// A batch is full, or a backend session is free and the oldest query has waited long enough.
+    pub fn is_ready(&self, now: Instant, session_free: bool) -> bool {
         self.len() >= self.limits.max_rows
             || self.tokens >= self.limits.max_tokens
-            || (backend_idle && self.next_deadline().is_some_and(|d| now >= d))
+            || (session_free && self.next_deadline().is_some_and(|d| now >= d))
     }
 
     /// The next batch if one [is ready](Self::is_ready).
-    pub fn next_batch(&mut self, now: Instant, backend_idle: bool) -> Option<Batch<T>> {
-        if self.is_ready(now, backend_idle) { self.take_batch() } else { None }
+    pub fn next_batch(&mut self, now: Instant, session_free: bool) -> Option<Batch<T>> {
+        if self.is_ready(now, session_free) { self.take_batch() } else { None }
     }
 
     /// The next batch whether or not it is ready (used to flush the queue on shutdown).

@@ -6,6 +6,7 @@
 //! the sessions were busy. When a session finishes it says so ([`BackendLoad`]) and the waiting
 //! queries leave at once.
 
+use std::pin::pin;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -32,6 +33,12 @@ pub async fn run<T: Pending + Send>(
         }
         reported = state.cancelled_total();
     };
+    // The delay's timer and the wait for a session, kept from one turn of the loop to the next:
+    // under load the loop turns for nearly every query, and a timer or a wait made afresh at each
+    // turn is registered and unregistered each time (a lock apiece).
+    let mut delay = pin!(sleep_until(Instant::now()));
+    let mut armed = None;
+    let mut session_freed = pin!(backend.on_finish());
     'outer: loop {
         let permit = loop {
             tokio::select! {
@@ -57,13 +64,17 @@ pub async fn run<T: Pending + Send>(
                 break batch;
             }
             let deadline = state.next_deadline().filter(|_| free);
+            if let Some(d) = deadline.filter(|&d| armed != Some(d)) {
+                delay.as_mut().reset(d);
+                armed = Some(d);
+            }
             tokio::select! {
                 item = rx.recv() => match item {
                     Some(item) => state.push(item, Instant::now()),
                     None => break 'outer,
                 },
-                () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
-                () = backend.wait_finished(), if !free => {}
+                () = &mut delay, if deadline.is_some() => armed = None,
+                () = &mut session_freed, if !free => session_freed.set(backend.on_finish()),
             }
         };
         backend.handed();
