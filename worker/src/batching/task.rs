@@ -36,8 +36,9 @@ pub async fn run<T: Pending + Send>(
     // The delay's timer and the wait for a session, kept from one turn of the loop to the next:
     // under load the loop turns for nearly every query, and a timer or a wait made afresh at each
     // turn is registered and unregistered each time (a lock apiece).
+    // A timer that has fired stays fired until reset, so one left at an unchanged deadline is
+    // ready at once when polled again.
     let mut delay = pin!(sleep_until(Instant::now()));
-    let mut armed = None;
     let mut session_freed = pin!(backend.on_finish());
     'outer: loop {
         let permit = loop {
@@ -64,16 +65,15 @@ pub async fn run<T: Pending + Send>(
                 break batch;
             }
             let deadline = state.next_deadline().filter(|_| free);
-            if let Some(d) = deadline.filter(|&d| armed != Some(d)) {
+            if let Some(d) = deadline.filter(|&d| d != delay.deadline()) {
                 delay.as_mut().reset(d);
-                armed = Some(d);
             }
             tokio::select! {
                 item = rx.recv() => match item {
                     Some(item) => state.push(item, Instant::now()),
                     None => break 'outer,
                 },
-                () = &mut delay, if deadline.is_some() => armed = None,
+                () = &mut delay, if deadline.is_some() => {}
                 () = &mut session_freed, if !free => session_freed.set(backend.on_finish()),
             }
         };
