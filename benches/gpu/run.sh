@@ -4,7 +4,8 @@
 #   1. the worker alone: one client (single-request p50), 128 and 512 clients (closed loop), with
 #      the worker's host CPU per request (/proc/PID/stat over each measured step) and the GPU's
 #      telemetry (/v1/stats: NVML utilization, batch rows and time);
-#   2. a profile of the worker at 512 clients: `perf` when it is there (PERF=path, or on PATH),
+#   2. a profile of the worker at PROFILE_CLIENTS [512] clients: `perf` when it is there (PERF=path,
+#      or on PATH; PERF_FREQ [999] Hz, with call chains; the worker's user and system ticks over it),
 #      and always CPU per thread group (/proc/PID/task/*/stat: runtime threads, backend threads,
 #      ONNX Runtime's pool, ...), the fallback when there is no perf;
 #   3. the knee: open-loop steps of rising rate (KNEE_RATES), p99 per step; the highest rate
@@ -62,6 +63,8 @@ CLIENTS=${CLIENTS:-1 128 512}
 GATEWAY_FLAGS=${GATEWAY_FLAGS:-}
 LOADTEST_THREADS=${LOADTEST_THREADS:-0}
 PERF=${PERF:-perf}
+PROFILE_CLIENTS=${PROFILE_CLIENTS:-512}
+PERF_FREQ=${PERF_FREQ:-999}
 ONLY=${ONLY:-worker,knee,gateway,variants,fake}
 DEVICE=${DEVICE:-cuda:0}
 want() { [[ ",$ONLY," == *",$1,"* ]]; }
@@ -230,18 +233,29 @@ print("  worker %s cores, %s us/request; GPU %s %%, batch %s rows in %s ms" % (r
       r["cpu_us_per_req"], r["gpu_util_pct"], r["mean_batch_rows"], r["mean_inference_ms"]))
 '
 
-profile() { # at 512 clients on $target/$wpid: perf if there, per-thread CPU always (in step)
+profile() { # at PROFILE_CLIENTS on $target/$wpid: perf if there, per-thread CPU always (in step)
   if command -v "$PERF" >/dev/null 2>&1; then
-    "$app/loadtest" --url "$target" --threads "$LOADTEST_THREADS" -c 512 --duration 9s --warmup 1s --json >/dev/null 2>&1 &
-    local lp=$!
+    "$app/loadtest" --url "$target" --threads "$LOADTEST_THREADS" -c "$PROFILE_CLIENTS" --duration 9s --warmup 1s --json \
+      >"$out/perf-load.json" 2>&1 &
+    local lp=$! t0 t1
     sleep 2
-    "$PERF" record -F 999 -g -p "$wpid" -o "$out/perf.data" -- sleep 5 >/dev/null 2>&1 || echo "perf record failed"
+    t0=$(awk '{print $14, $15}' "/proc/$wpid/stat")
+    "$PERF" record -F "$PERF_FREQ" -g -p "$wpid" -o "$out/perf.data" -- sleep 5 >/dev/null 2>&1 || echo "perf record failed"
+    t1=$(awk '{print $14, $15}' "/proc/$wpid/stat")
+    echo "worker utime stime (ticks) before the record: $t0, after: $t1" >"$out/perf-ticks.txt"
     wait "$lp" || true
-    "$PERF" report -i "$out/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | sed -E 's/[ -]+$//' | head -n 40 >"$out/perf-top.txt" || true
-    "$PERF" report -i "$out/perf.data" --no-children --sort dso --stdio 2>/dev/null |
-      grep -E '^ +[0-9.]+%' | sed -E 's/[ -]+$//' | head -n 15 >"$out/perf-dso.txt" || true
-    echo "perf: $out/perf-top.txt"
+    report() { # file lines perf-report-args...
+      local f=$1 n=$2; shift 2
+      "$PERF" report -i "$out/perf.data" --stdio "$@" 2>/dev/null | grep -E '^ +[0-9.]+%' | sed -E 's/[ -]+$//' |
+        cut -c1-200 | head -n "$n" >"$out/$f" || true
+    }
+    report perf-top.txt 40 --no-children --sort dso,symbol -g none
+    report perf-symbols.txt 150 --no-children --sort dso,symbol -g none
+    report perf-dso.txt 15 --no-children --sort dso
+    report perf-comm-dso.txt 30 --no-children --sort comm,dso
+    report perf-children-rt.txt 200 --children --comm tokio-rt-worker --sort symbol -g none
+    report perf-backend.txt 40 --no-children --comm backend-light --sort dso,symbol -g none
+    echo "perf: $out/perf-*.txt"
   else
     echo "no perf ($PERF): the per-thread CPU of each step stands in"
   fi

@@ -111,10 +111,12 @@ def main() -> None:
     if "knee" in by:
         print("\n## The knee (open loop, rising steps)\n")
         print("\n".join(knee(by["knee"][0])))
+    load = [json.loads(l) for l in read(d / "perf-load.json").splitlines() if l.startswith("{")]
+    clients = load[-1]["concurrency"] if load else 512
     for name, title in [("perf-dso.txt", "perf, by shared object"), ("perf-top.txt", "perf, top symbols")]:
         text = read(d / name)
         if text:
-            print(f"\n## {title} (worker at 512 clients)\n\n```\n" + "\n".join(text.splitlines()[:25]) + "\n```")
+            print(f"\n## {title} (worker at {clients} clients)\n\n```\n" + "\n".join(text.splitlines()[:25]) + "\n```")
 
 
 if __name__ == "__main__":
