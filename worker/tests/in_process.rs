@@ -245,6 +245,38 @@ async fn a_request_past_its_timeout_gets_504_and_a_failed_batch_a_json_500() {
     assert_eq!(a.body["error"], "internal error", "no internal detail reaches the client");
 }
 
+/// A request has no timer of its own: the lane times its queries out wherever they wait. With the
+/// backend hung, one query runs (held at the gate), a full batch waits in the backend's slot, the
+/// rest wait in the queue, and a request of several queries waits too: each gets its 504 at its
+/// deadline, and holds nothing once answered.
+#[tokio::test]
+async fn with_the_backend_hung_every_request_gets_504_at_its_deadline_wherever_it_waits() {
+    let fake = FakeBackend::new(7);
+    let w = start(&["--request-timeout", "300ms", "--sessions", "1", "--max-batch-rows", "2"], &fake).await;
+    let app = w.app();
+    fake.hold();
+    let started = std::time::Instant::now();
+    let mut calls = Vec::new();
+    for i in 0..7 {
+        let app = app.clone();
+        calls.push(tokio::spawn(async move { get(&app, &predict_uri(&format!("play song number {i}"))).await }));
+    }
+    let several = app.clone();
+    calls.push(tokio::spawn(async move { post(&several, json!({"queries": ["a", "b", "c"]}).to_string()).await }));
+    for call in calls {
+        let a = tokio::time::timeout(Duration::from_secs(10), call).await.expect("answered by its deadline").unwrap();
+        expect_error(&a, 504, "timeout");
+    }
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(5), "{waited:?}");
+    let queue = &get(&app, "/v1/stats").await.body["queue"];
+    assert_eq!((queue["queued"].as_u64(), queue["in_flight"].as_u64()), (Some(0), Some(0)), "{queue}");
+    fake.release();
+    let a = get(&app, &predict_uri("play music")).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.body["intent"], expected_intent("play music"));
+}
+
 #[tokio::test]
 async fn bad_input_gets_a_clear_json_error_and_nothing_is_lost() {
     let fake = FakeBackend::new(7);

@@ -1,6 +1,7 @@
 //! Dynamic batching: the queue's policy ([`state`]), the task that runs it ([`task`]) and the
 //! thread that drives the backend with the batches it cuts ([`runner`]).
 
+pub mod handed;
 pub mod runner;
 pub mod state;
 pub mod task;
@@ -11,12 +12,23 @@ use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+pub use handed::Handed;
 pub use state::{Batch, Limits, Pending, Queued, State};
 
 use crate::backend::BackendError;
 
-/// The answer for one query: its class scores (logits), or why inference failed.
-pub type Answer = Result<Vec<f32>, BackendError>;
+/// The answer for one query: its class scores (logits), or why it has none.
+pub type Answer = Result<Vec<f32>, Unanswered>;
+
+/// Why a query got no logits.
+#[derive(Debug, Clone)]
+pub enum Unanswered {
+    /// Its batch failed.
+    Failed(BackendError),
+    /// Its request's deadline passed while it waited in the queue, in a batch handed to the
+    /// backend, or in a batch the backend was running.
+    TimedOut,
+}
 
 /// A query's token ids and token type ids, in one allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +71,9 @@ pub struct Entry {
     pub tokens: Tokens,
     /// When the request was admitted (queue wait is measured from here).
     pub admitted_at: Instant,
+    /// When the request times out: the lane answers [`Unanswered::TimedOut`] then, wherever the
+    /// query is (so a request needs no timer of its own).
+    pub deadline: Instant,
     pub respond: oneshot::Sender<Answer>,
     /// The request's span, so queue and inference time land on its trace.
     pub span: tracing::Span,
@@ -70,6 +85,12 @@ impl Pending for Entry {
     }
     fn is_cancelled(&self) -> bool {
         self.respond.is_closed()
+    }
+    fn deadline(&self) -> Option<Instant> {
+        Some(self.deadline)
+    }
+    fn time_out(self) {
+        let _ = self.respond.send(Err(Unanswered::TimedOut));
     }
 }
 

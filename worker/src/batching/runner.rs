@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{BackendLoad, Batch, Entry, Pending};
+use super::{BackendLoad, Entry, Handed, Pending, Unanswered};
 use crate::backend::{Backend, InputBatch};
 
 /// One batch, as run.
@@ -49,7 +49,7 @@ impl Drop for Finished<'_> {
 }
 
 /// The queue of batches, shared by a lane's backend threads (one per session).
-pub type Batches = Arc<Mutex<mpsc::Receiver<Batch<Entry>>>>;
+pub type Batches = Arc<Mutex<mpsc::Receiver<Arc<Handed<Entry>>>>>;
 
 /// Runs `backend` on a new thread named `name` until `batches` is closed. `setup` runs first, on
 /// that thread (to lower its priority, say) and makes the backend there: a backend whose
@@ -77,18 +77,38 @@ where
     })
 }
 
-fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, load: &BackendLoad, obs: &dyn Observer) {
+fn run_batch<B: Backend>(backend: &mut B, batch: Arc<Handed<Entry>>, load: &BackendLoad, obs: &dyn Observer) {
     let _finished = Finished(load);
     let started = Instant::now();
-    let (live, gone): (Vec<_>, Vec<_>) = batch.entries.into_iter().partition(|q| !q.item.is_cancelled());
-    if !gone.is_empty() {
-        obs.cancelled(gone.len() as u64);
+    // Under the lock the queue task would take a row under (to time it out): the rows the input
+    // is built from stay in place until they are answered, and their rows line up with its.
+    let mut rows = batch.rows();
+    let (mut gone, mut expired) = (0, Vec::new());
+    let live: Vec<_> = std::mem::take(&mut *rows)
+        .into_iter()
+        .flatten()
+        .filter_map(|q| {
+            if q.item.is_cancelled() {
+                gone += 1;
+            } else if q.item.deadline <= started {
+                expired.push(q);
+            } else {
+                return Some(q);
+            }
+            None
+        })
+        .collect();
+    if gone > 0 {
+        obs.cancelled(gone);
     }
     if live.is_empty() {
+        drop(rows);
+        expired.into_iter().for_each(|q| q.item.time_out());
         return;
     }
     let tokens = live.iter().map(|q| q.item.tokens()).sum();
-    obs.started(live.len(), tokens);
+    let n = live.len();
+    obs.started(n, tokens);
     let mut total_wait = Duration::ZERO;
     for q in &live {
         let wait = started.saturating_duration_since(q.item.admitted_at);
@@ -98,24 +118,29 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Batch<Entry>, load: &BackendLoa
     let input = InputBatch::pad_to(live.iter().map(|q| (q.item.tokens.ids(), q.item.tokens.type_ids())), |r, s| {
         backend.padded_shape(r, s)
     });
-    let span = tracing::debug_span!("batch", rows = live.len(), padded_len = input.seq_len);
+    *rows = live.into_iter().map(Some).collect();
+    drop(rows);
+    expired.into_iter().for_each(|q| q.item.time_out());
+    let span = tracing::debug_span!("batch", rows = n, padded_len = input.seq_len);
     let result = span.in_scope(|| backend.infer(&input));
     let elapsed = started.elapsed();
-    let rows = live.len();
-    obs.ran(&BatchReport { rows, padded_len: input.seq_len, elapsed, total_wait });
+    obs.ran(&BatchReport { rows: n, padded_len: input.seq_len, elapsed, total_wait });
+    // The rows still waiting: the queue task may have timed some out meanwhile.
+    let live = std::mem::take(&mut *batch.rows());
     match result {
         Ok(logits) => {
             for (q, logits) in live.into_iter().zip(logits) {
+                let Some(q) = q else { continue };
                 q.item.span.in_scope(|| tracing::trace!(inference_ms = elapsed.as_secs_f64() * 1e3, "answered"));
                 let _ = q.item.respond.send(Ok(logits));
             }
         }
         Err(e) => {
-            tracing::error!(error = %e, rows, "batch failed");
-            for q in live {
-                let _ = q.item.respond.send(Err(e.clone()));
+            tracing::error!(error = %e, rows = n, "batch failed");
+            for q in live.into_iter().flatten() {
+                let _ = q.item.respond.send(Err(Unanswered::Failed(e.clone())));
             }
         }
     }
-    obs.done(rows, tokens);
+    obs.done(n, tokens);
 }

@@ -34,6 +34,17 @@ pub trait Pending {
     fn tokens(&self) -> usize;
     /// The client has gone: the answer would be thrown away.
     fn is_cancelled(&self) -> bool;
+    /// When the query times out (`None`: never); see [`time_out`](Self::time_out).
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// Answers the query as timed out: called once its [`deadline`](Self::deadline) has passed,
+    /// wherever it waits (the queue, a batch handed to the backend or running there).
+    fn time_out(self)
+    where
+        Self: Sized,
+    {
+    }
 }
 
 /// The budgets of one batch.
@@ -139,6 +150,25 @@ impl<T: Pending> State<T> {
             _ => false,
         };
         Some(if expected { deadline } else { arrived })
+    }
+
+    /// Takes every query whose deadline is at or before `now` out of the queue and [times it
+    /// out](Pending::time_out); returns the earliest deadline left. Walks the whole queue: called
+    /// when the earliest deadline known comes, not per query.
+    pub fn expire(&mut self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut expired = Vec::new();
+        for (key, q) in &self.by_len {
+            match q.item.deadline() {
+                Some(d) if d <= now => expired.push(*key),
+                Some(d) => next = Some(next.map_or(d, |n| n.min(d))),
+                None => {}
+            }
+        }
+        for key in expired {
+            self.remove(key).item.time_out();
+        }
+        next
     }
 
     /// The moving average of the gaps between arrivals, once two have been seen.

@@ -26,7 +26,7 @@ pub use admission::{Admission, Capacity, Class};
 pub use error::CoreError;
 
 use crate::backend::Backend;
-use crate::batching::{Entry, Limits, Tokens};
+use crate::batching::{Entry, Limits, Tokens, Unanswered};
 use crate::metrics::Metrics;
 use crate::stats::Stats;
 
@@ -152,25 +152,41 @@ impl Core {
     /// Classifies `queries`, in order: validates, admits their queries (or refuses at once with
     /// [`CoreError::Overloaded`]), tokenizes, admits their tokens in their class (or refuses),
     /// queues them in their class's lane, and waits for the batches, at most the request timeout.
+    /// A short request is tokenized first, and admitted in one step with its exact tokens.
     pub async fn predict(&self, queries: Vec<String>, all_scores: bool) -> Result<Vec<Prediction>, CoreError> {
         if self.is_draining() {
             return Err(CoreError::Draining);
         }
         self.validate(&queries)?;
         let n = queries.len();
-        let bound = token_bound(&queries, self.limits.max_query_tokens);
-        let Ok(mut ticket) = self.admission.try_admit(n, bound) else {
-            self.stats.rejected(Instant::now(), n as u64);
-            return Err(CoreError::Overloaded);
-        };
-        let admitted_at = Instant::now();
         let timeout = self.limits.request_timeout;
-        // The deadline `tokio::time::timeout` would set from a clock reading of its own a moment
-        // later (30 years on for a timeout past the clock's range), from the admission's reading.
-        let deadline = admitted_at.checked_add(timeout).unwrap_or_else(|| admitted_at + FAR_FUTURE);
-        let logits = tokio::time::timeout_at(deadline, self.run(queries, &mut ticket, admitted_at))
-            .await
-            .map_err(|_| CoreError::Timeout(timeout))??;
+        // The deadline `tokio::time::timeout` would set (30 years on for a timeout past the
+        // clock's range), from the admission's clock reading.
+        let deadline_of = |at: Instant| at.checked_add(timeout).unwrap_or_else(|| at + FAR_FUTURE);
+        let logits = if self.tokenizes_inline(&queries) {
+            let encodings = queries.iter().map(|q| encode(&self.encoder, q)).collect::<Result<Vec<_>, _>>();
+            let encodings = encodings.map_err(|e| CoreError::Invalid(format!("could not tokenize: {e}")))?;
+            let tokens = encodings.iter().map(|e| e.len() as u64).sum();
+            let Ok((_ticket, class)) = self.admission.try_admit_tokenized(n, tokens) else {
+                self.stats.rejected(Instant::now(), n as u64);
+                return Err(CoreError::Overloaded);
+            };
+            let admitted_at = Instant::now();
+            // Queued at once: from then on the lane answers each query by its deadline, wherever
+            // it waits, so the request needs no timer of its own.
+            self.queue(encodings, tokens, class, admitted_at, deadline_of(admitted_at)).await?
+        } else {
+            let bound = token_bound(&queries, self.limits.max_query_tokens);
+            let Ok(mut ticket) = self.admission.try_admit(n, bound) else {
+                self.stats.rejected(Instant::now(), n as u64);
+                return Err(CoreError::Overloaded);
+            };
+            let admitted_at = Instant::now();
+            let deadline = deadline_of(admitted_at);
+            // The blocking pool may keep a long request waiting before it tokenizes it.
+            let work = self.tokenize_and_queue(queries, &mut ticket, admitted_at, deadline);
+            tokio::time::timeout_at(deadline, work).await.map_err(|_| CoreError::Timeout(timeout))??
+        };
         self.stats.completed(Instant::now(), n as u64);
         Ok(logits.into_iter().map(|row| postprocess::prediction(&self.labels, row, all_scores)).collect())
     }
@@ -198,12 +214,13 @@ impl Core {
         Ok(())
     }
 
-    /// Tokenizes, charges the tokens, queues every query in its lane, and waits for all logits.
-    async fn run(
+    /// A long request: tokenizes it on the blocking pool, charges its tokens, and queues it.
+    async fn tokenize_and_queue(
         &self,
         queries: Vec<String>,
         ticket: &mut admission::Ticket,
         admitted_at: Instant,
+        deadline: Instant,
     ) -> Result<Vec<Vec<f32>>, CoreError> {
         let n = queries.len() as u64;
         let encodings = self.tokenize(queries).await?;
@@ -215,20 +232,36 @@ impl Core {
             self.stats.rejected(Instant::now(), n);
             return Err(CoreError::Overloaded);
         };
-        self.stats.admitted(admitted_at, n);
+        self.queue(encodings, tokens, class, admitted_at, deadline).await
+    }
+
+    /// Queues every query of an admitted request in its class's lane, and waits for all logits.
+    async fn queue(
+        &self,
+        encodings: Vec<Tokens>,
+        tokens: u64,
+        class: Class,
+        admitted_at: Instant,
+        deadline: Instant,
+    ) -> Result<Vec<Vec<f32>>, CoreError> {
+        self.stats.admitted(admitted_at, encodings.len() as u64);
         self.metrics.admitted(class, tokens);
         let queue = &self.lanes[class as usize];
         // The request's span, when it was made up front (for the backend thread's trace line).
         let span = tracing::Span::current();
         let enqueue = |tokens: Tokens| {
             let (respond, rx) = oneshot::channel();
-            let entry = Entry { tokens, admitted_at, respond, span: span.clone() };
+            let entry = Entry { tokens, admitted_at, deadline, respond, span: span.clone() };
             // The queue holds as many entries as there are admission permits, so this never waits.
             queue.try_send(entry).map_err(|e| CoreError::Internal(format!("queue: {e}")))?;
             Ok::<_, CoreError>(rx)
         };
         let dropped = |_| CoreError::Internal("the backend dropped a query".into());
-        let failed = |e: crate::backend::BackendError| CoreError::Internal(e.to_string());
+        let timeout = self.limits.request_timeout;
+        let failed = |e| match e {
+            Unanswered::Failed(e) => CoreError::Internal(e.to_string()),
+            Unanswered::TimedOut => CoreError::Timeout(timeout),
+        };
         if encodings.len() == 1 {
             // Most requests: one query, no join.
             let tokens = encodings.into_iter().next().expect("one encoding");
@@ -239,17 +272,19 @@ impl Core {
         answers.into_iter().map(|a| a.map_err(failed)).collect()
     }
 
-    /// A short request tokenizes in tens of microseconds: inline is cheaper than a thread
-    /// hand-off. Longer ones go to the blocking pool, in parallel across requests, so they never
-    /// stall the runtime; their running token total is checked after each query, and tokenizing
-    /// stops as soon as the request could no longer be admitted (`None`).
+    /// Whether `queries` are tokenized on the runtime thread, before admission: a short request
+    /// tokenizes in microseconds (tens with `tokenizers`), cheaper than a thread hand-off.
+    fn tokenizes_inline(&self, queries: &[String]) -> bool {
+        let inline = if self.encoder.is_fast() { INLINE_TOKENIZE_BYTES_FAST } else { INLINE_TOKENIZE_BYTES };
+        queries.iter().map(String::len).sum::<usize>() <= inline
+    }
+
+    /// A request too long to tokenize inline ([`tokenizes_inline`](Self::tokenizes_inline)), on the
+    /// blocking pool, in parallel across requests, so it never stalls the runtime; its running
+    /// token total is checked after each query, and tokenizing stops as soon as the request could
+    /// no longer be admitted (`None`).
     async fn tokenize(&self, queries: Vec<String>) -> Result<Option<Vec<Tokens>>, CoreError> {
         let invalid = |e: tokenizers::Error| CoreError::Invalid(format!("could not tokenize: {e}"));
-        let inline = if self.encoder.is_fast() { INLINE_TOKENIZE_BYTES_FAST } else { INLINE_TOKENIZE_BYTES };
-        if queries.iter().map(String::len).sum::<usize>() <= inline {
-            let encodings = queries.iter().map(|q| encode(&self.encoder, q));
-            return encodings.collect::<Result<Vec<_>, _>>().map(Some).map_err(invalid);
-        }
         let (encoder, admission) = (self.encoder.clone(), self.admission.clone());
         let encode = move || {
             let n = queries.len() as u64;
