@@ -44,11 +44,11 @@ pub async fn run<T: Pending + Send>(
     // has one). Under load it is older than that: the queries it was set for have left, and
     // when it comes every deadline is looked at and it moves on, once per request timeout.
     let mut expiry: Option<Instant> = None;
-    let push = |state: &mut State<T>, expiry: &mut Option<Instant>, item: T| {
+    let push = |state: &mut State<T>, expiry: &mut Option<Instant>, item: T, now: Instant| {
         if let Some(d) = item.deadline() {
             *expiry = Some(expiry.map_or(d, |e| e.min(d)));
         }
-        state.push(item, Instant::now());
+        state.push(item, now);
     };
     let expire = |state: &mut State<T>, handed: &mut VecDeque<Arc<Handed<T>>>| {
         let now = Instant::now();
@@ -76,18 +76,20 @@ pub async fn run<T: Pending + Send>(
                     Err(_) => return,
                 },
                 item = rx.recv() => match item {
-                    Some(item) => push(&mut state, &mut expiry, item),
+                    Some(item) => push(&mut state, &mut expiry, item, Instant::now()),
                     None => break 'outer,
                 },
                 () = &mut timeouts, if expiry.is_some() => expiry = expire(&mut state, &mut handed),
             }
         };
         let batch = loop {
+            // One clock reading for the queries already waiting and the decision.
+            let now = Instant::now();
             while let Ok(item) = rx.try_recv() {
-                push(&mut state, &mut expiry, item);
+                push(&mut state, &mut expiry, item, now);
             }
             let free = backend.has_room();
-            let batch = state.next_batch(Instant::now(), free);
+            let batch = state.next_batch(now, free);
             report(&state);
             if let Some(batch) = batch {
                 break batch;
@@ -101,7 +103,7 @@ pub async fn run<T: Pending + Send>(
             }
             tokio::select! {
                 item = rx.recv() => match item {
-                    Some(item) => push(&mut state, &mut expiry, item),
+                    Some(item) => push(&mut state, &mut expiry, item, Instant::now()),
                     None => break 'outer,
                 },
                 () = &mut delay, if deadline.is_some() => {}
