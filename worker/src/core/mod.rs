@@ -183,8 +183,9 @@ impl Core {
             };
             let admitted_at = Instant::now();
             let deadline = deadline_of(admitted_at);
-            // The blocking pool may keep a long request waiting before it tokenizes it.
-            let work = self.tokenize_and_queue(queries, &mut ticket, admitted_at, deadline);
+            // The blocking pool may keep a long request waiting before it tokenizes it. Boxed: this
+            // rare path's state would otherwise enlarge every request's future.
+            let work = Box::pin(self.tokenize_and_queue(queries, &mut ticket, admitted_at, deadline));
             tokio::time::timeout_at(deadline, work).await.map_err(|_| CoreError::Timeout(timeout))??
         };
         self.stats.completed(Instant::now(), n as u64);
