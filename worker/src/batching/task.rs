@@ -44,6 +44,9 @@ pub async fn run<T: Pending + Send>(
     // has one). Under load it is older than that: the queries it was set for have left, and
     // when it comes every deadline is looked at and it moves on, once per request timeout.
     let mut expiry: Option<Instant> = None;
+    // The deadlines' timer has fired: it is reset even to the deadline it had (a fired timer
+    // stays ready until reset, and the loop must not spin on it).
+    let mut fired = false;
     let push = |state: &mut State<T>, expiry: &mut Option<Instant>, item: T, now: Instant| {
         if let Some(d) = item.deadline() {
             *expiry = Some(expiry.map_or(d, |e| e.min(d)));
@@ -66,8 +69,9 @@ pub async fn run<T: Pending + Send>(
     let mut session_freed = pin!(backend.on_finish());
     'outer: loop {
         let permit = loop {
-            if let Some(d) = expiry.filter(|&d| d != timeouts.deadline()) {
+            if let Some(d) = expiry.filter(|&d| fired || d != timeouts.deadline()) {
                 timeouts.as_mut().reset(d);
+                fired = false;
             }
             tokio::select! {
                 biased;
@@ -79,7 +83,10 @@ pub async fn run<T: Pending + Send>(
                     Some(item) => push(&mut state, &mut expiry, item, Instant::now()),
                     None => break 'outer,
                 },
-                () = &mut timeouts, if expiry.is_some() => expiry = expire(&mut state, &mut handed),
+                () = &mut timeouts, if expiry.is_some() => {
+                    expiry = expire(&mut state, &mut handed);
+                    fired = true;
+                }
             }
         };
         let batch = loop {
@@ -98,8 +105,9 @@ pub async fn run<T: Pending + Send>(
             if let Some(d) = deadline.filter(|&d| d != delay.deadline()) {
                 delay.as_mut().reset(d);
             }
-            if let Some(d) = expiry.filter(|&d| d != timeouts.deadline()) {
+            if let Some(d) = expiry.filter(|&d| fired || d != timeouts.deadline()) {
                 timeouts.as_mut().reset(d);
+                fired = false;
             }
             tokio::select! {
                 item = rx.recv() => match item {
@@ -108,7 +116,10 @@ pub async fn run<T: Pending + Send>(
                 },
                 () = &mut delay, if deadline.is_some() => {}
                 () = &mut session_freed, if !free => session_freed.set(backend.on_finish()),
-                () = &mut timeouts, if expiry.is_some() => expiry = expire(&mut state, &mut handed),
+                () = &mut timeouts, if expiry.is_some() => {
+                    expiry = expire(&mut state, &mut handed);
+                    fired = true;
+                }
             }
         };
         let batch = Arc::new(Handed::new(batch));
