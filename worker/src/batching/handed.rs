@@ -29,10 +29,12 @@ impl<T: Pending> Handed<T> {
     }
 
     /// Queries not yet answered.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows().iter().flatten().count()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

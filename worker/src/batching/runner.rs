@@ -84,43 +84,41 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Arc<Handed<Entry>>, load: &Back
     // is built from stay in place until they are answered, and their rows line up with its.
     let mut rows = batch.rows();
     let (mut gone, mut expired) = (0, Vec::new());
-    let live: Vec<_> = std::mem::take(&mut *rows)
-        .into_iter()
-        .flatten()
-        .filter_map(|q| {
-            if q.item.is_cancelled() {
-                gone += 1;
-            } else if q.item.deadline <= started {
-                expired.push(q);
-            } else {
-                return Some(q);
-            }
-            None
-        })
-        .collect();
+    rows.retain_mut(|row| match row.take() {
+        Some(q) if q.item.is_cancelled() => {
+            gone += 1;
+            false
+        }
+        Some(q) if q.item.deadline <= started => {
+            expired.push(q);
+            false
+        }
+        kept => {
+            *row = kept;
+            row.is_some()
+        }
+    });
     if gone > 0 {
         obs.cancelled(gone);
     }
-    if live.is_empty() {
-        drop(rows);
-        expired.into_iter().for_each(|q| q.item.time_out());
-        return;
-    }
-    let tokens = live.iter().map(|q| q.item.tokens()).sum();
-    let n = live.len();
-    obs.started(n, tokens);
-    let mut total_wait = Duration::ZERO;
-    for q in &live {
-        let wait = started.saturating_duration_since(q.item.admitted_at);
-        total_wait += wait;
-        obs.waited(wait);
-    }
-    let input = InputBatch::pad_to(live.iter().map(|q| (q.item.tokens.ids(), q.item.tokens.type_ids())), |r, s| {
-        backend.padded_shape(r, s)
+    let prepared = (!rows.is_empty()).then(|| {
+        let live = || rows.iter().flatten();
+        let tokens = live().map(|q| q.item.tokens()).sum::<usize>();
+        obs.started(rows.len(), tokens);
+        let mut total_wait = Duration::ZERO;
+        for q in live() {
+            let wait = started.saturating_duration_since(q.item.admitted_at);
+            total_wait += wait;
+            obs.waited(wait);
+        }
+        let input = InputBatch::pad_to(live().map(|q| (q.item.tokens.ids(), q.item.tokens.type_ids())), |r, s| {
+            backend.padded_shape(r, s)
+        });
+        (input, rows.len(), tokens, total_wait)
     });
-    *rows = live.into_iter().map(Some).collect();
     drop(rows);
     expired.into_iter().for_each(|q| q.item.time_out());
+    let Some((input, n, tokens, total_wait)) = prepared else { return };
     let span = tracing::debug_span!("batch", rows = n, padded_len = input.seq_len);
     let result = span.in_scope(|| backend.infer(&input));
     let elapsed = started.elapsed();

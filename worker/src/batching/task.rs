@@ -11,11 +11,11 @@
 //! the earliest deadline it knows, instead of one per request.
 
 use std::collections::VecDeque;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::{Instant, Sleep, sleep_until};
 
 use super::{BackendLoad, Handed, Limits, Pending, State};
 
@@ -44,9 +44,6 @@ pub async fn run<T: Pending + Send>(
     // has one). Under load it is older than that: the queries it was set for have left, and
     // when it comes every deadline is looked at and it moves on, once per request timeout.
     let mut expiry: Option<Instant> = None;
-    // The deadlines' timer has fired: it is reset even to the deadline it had (a fired timer
-    // stays ready until reset, and the loop must not spin on it).
-    let mut fired = false;
     let push = |state: &mut State<T>, expiry: &mut Option<Instant>, item: T, now: Instant| {
         if let Some(d) = item.deadline() {
             *expiry = Some(expiry.map_or(d, |e| e.min(d)));
@@ -69,10 +66,7 @@ pub async fn run<T: Pending + Send>(
     let mut session_freed = pin!(backend.on_finish());
     'outer: loop {
         let permit = loop {
-            if let Some(d) = expiry.filter(|&d| fired || d != timeouts.deadline()) {
-                timeouts.as_mut().reset(d);
-                fired = false;
-            }
+            arm(timeouts.as_mut(), expiry);
             tokio::select! {
                 biased;
                 permit = tx.reserve() => match permit {
@@ -83,10 +77,7 @@ pub async fn run<T: Pending + Send>(
                     Some(item) => push(&mut state, &mut expiry, item, Instant::now()),
                     None => break 'outer,
                 },
-                () = &mut timeouts, if expiry.is_some() => {
-                    expiry = expire(&mut state, &mut handed);
-                    fired = true;
-                }
+                () = &mut timeouts, if expiry.is_some() => expiry = expire(&mut state, &mut handed),
             }
         };
         let batch = loop {
@@ -105,10 +96,7 @@ pub async fn run<T: Pending + Send>(
             if let Some(d) = deadline.filter(|&d| d != delay.deadline()) {
                 delay.as_mut().reset(d);
             }
-            if let Some(d) = expiry.filter(|&d| fired || d != timeouts.deadline()) {
-                timeouts.as_mut().reset(d);
-                fired = false;
-            }
+            arm(timeouts.as_mut(), expiry);
             tokio::select! {
                 item = rx.recv() => match item {
                     Some(item) => push(&mut state, &mut expiry, item, Instant::now()),
@@ -116,10 +104,7 @@ pub async fn run<T: Pending + Send>(
                 },
                 () = &mut delay, if deadline.is_some() => {}
                 () = &mut session_freed, if !free => session_freed.set(backend.on_finish()),
-                () = &mut timeouts, if expiry.is_some() => {
-                    expiry = expire(&mut state, &mut handed);
-                    fired = true;
-                }
+                () = &mut timeouts, if expiry.is_some() => expiry = expire(&mut state, &mut handed),
             }
         };
         let batch = Arc::new(Handed::new(batch));
@@ -138,6 +123,15 @@ pub async fn run<T: Pending + Send>(
         }
     }
     report(&state);
+}
+
+/// Sets `timer` to `at`, unless it is already waiting for that instant. A timer that has fired
+/// is reset even to its own deadline: it stays ready until reset, and the loop must not spin on
+/// it.
+fn arm(timer: Pin<&mut Sleep>, at: Option<Instant>) {
+    if let Some(d) = at.filter(|&d| d != timer.deadline() || timer.is_elapsed()) {
+        timer.reset(d);
+    }
 }
 
 #[cfg(test)]

@@ -92,6 +92,12 @@ impl Usage {
     fn tokens(&self) -> u64 {
         self.class.iter().map(|h| h.tokens).sum()
     }
+    /// Charges `queries` queries of `tokens` tokens to `class`.
+    fn hold(&mut self, class: Class, queries: u64, tokens: u64) {
+        let held = &mut self.class[class.index()];
+        held.queries += queries;
+        held.tokens += tokens;
+    }
 }
 
 #[derive(Debug)]
@@ -137,11 +143,7 @@ impl Admission {
         let n = n as u64;
         let maybe_heavy = max_tokens > self.capacity.heavy_request_tokens;
         let mut u = self.lock();
-        let mut fits = u.queries() + n <= self.capacity.queries;
-        if maybe_heavy {
-            fits &= u.pending[1] + u.class[Class::Heavy.index()].queries + n <= self.capacity.queries / 2;
-        }
-        if !fits {
+        if !self.queries_fit(&u, n, maybe_heavy) {
             return Err(Refused::Queries);
         }
         u.pending[usize::from(maybe_heavy)] += n;
@@ -155,19 +157,13 @@ impl Admission {
         let n = n as u64;
         let class = self.class_of(tokens);
         let mut u = self.lock();
-        let mut fits = u.queries() + n <= self.capacity.queries;
-        if class == Class::Heavy {
-            fits &= u.pending[1] + u.class[Class::Heavy.index()].queries + n <= self.capacity.queries / 2;
-        }
-        if !fits {
+        if !self.queries_fit(&u, n, class == Class::Heavy) {
             return Err(Refused::Queries);
         }
         if !self.fits_in(&u, class, n, tokens) {
             return Err(Refused::Tokens(class));
         }
-        let held = &mut u.class[class.index()];
-        held.queries += n;
-        held.tokens += tokens;
+        u.hold(class, n, tokens);
         drop(u);
         let ticket = Ticket {
             admission: self.clone(),
@@ -176,6 +172,16 @@ impl Admission {
             charged: Some((class, tokens)),
         };
         Ok((ticket, class))
+    }
+
+    /// Whether `n` more queries fit in the query capacity (in the heavy share when they may be
+    /// heavy).
+    fn queries_fit(&self, u: &Usage, n: u64, maybe_heavy: bool) -> bool {
+        let mut fits = u.queries() + n <= self.capacity.queries;
+        if maybe_heavy {
+            fits &= u.pending[1] + u.class[Class::Heavy.index()].queries + n <= self.capacity.queries / 2;
+        }
+        fits
     }
 
     /// Whether a request of `queries` queries and (at least) `tokens` tokens could be charged now.
@@ -247,9 +253,7 @@ impl Ticket {
             return Err(Refused::Tokens(class));
         }
         u.pending[usize::from(self.maybe_heavy)] -= self.queries;
-        let held = &mut u.class[class.index()];
-        held.queries += self.queries;
-        held.tokens += tokens;
+        u.hold(class, self.queries, tokens);
         drop(u);
         self.charged = Some((class, tokens));
         Ok(class)

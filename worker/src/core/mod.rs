@@ -165,11 +165,10 @@ impl Core {
         let deadline_of = |at: Instant| at.checked_add(timeout).unwrap_or_else(|| at + FAR_FUTURE);
         let logits = if self.tokenizes_inline(&queries) {
             let encodings = queries.iter().map(|q| encode(&self.encoder, q)).collect::<Result<Vec<_>, _>>();
-            let encodings = encodings.map_err(|e| CoreError::Invalid(format!("could not tokenize: {e}")))?;
+            let encodings = encodings.map_err(untokenizable)?;
             let tokens = encodings.iter().map(|e| e.len() as u64).sum();
             let Ok((_ticket, class)) = self.admission.try_admit_tokenized(n, tokens) else {
-                self.stats.rejected(Instant::now(), n as u64);
-                return Err(CoreError::Overloaded);
+                return Err(self.refuse(n as u64));
             };
             let admitted_at = Instant::now();
             // Queued at once: from then on the lane answers each query by its deadline, wherever
@@ -178,8 +177,7 @@ impl Core {
         } else {
             let bound = token_bound(&queries, self.limits.max_query_tokens);
             let Ok(mut ticket) = self.admission.try_admit(n, bound) else {
-                self.stats.rejected(Instant::now(), n as u64);
-                return Err(CoreError::Overloaded);
+                return Err(self.refuse(n as u64));
             };
             let admitted_at = Instant::now();
             let deadline = deadline_of(admitted_at);
@@ -190,6 +188,12 @@ impl Core {
         };
         self.stats.completed(Instant::now(), n as u64);
         Ok(logits.into_iter().map(|row| postprocess::prediction(&self.labels, row, all_scores)).collect())
+    }
+
+    /// Counts `n` queries refused for want of room, and says so.
+    fn refuse(&self, n: u64) -> CoreError {
+        self.stats.rejected(Instant::now(), n);
+        CoreError::Overloaded
     }
 
     fn validate(&self, queries: &[String]) -> Result<(), CoreError> {
@@ -230,8 +234,7 @@ impl Core {
             ticket.charge(tokens).map(|class| (encodings, tokens, class))
         });
         let Some(Ok((encodings, tokens, class))) = charged else {
-            self.stats.rejected(Instant::now(), n);
-            return Err(CoreError::Overloaded);
+            return Err(self.refuse(n));
         };
         self.queue(encodings, tokens, class, admitted_at, deadline).await
     }
@@ -285,7 +288,6 @@ impl Core {
     /// token total is checked after each query, and tokenizing stops as soon as the request could
     /// no longer be admitted (`None`).
     async fn tokenize(&self, queries: Vec<String>) -> Result<Option<Vec<Tokens>>, CoreError> {
-        let invalid = |e: tokenizers::Error| CoreError::Invalid(format!("could not tokenize: {e}"));
         let (encoder, admission) = (self.encoder.clone(), self.admission.clone());
         let encode = move || {
             let n = queries.len() as u64;
@@ -303,8 +305,12 @@ impl Core {
         tokio::task::spawn_blocking(encode)
             .await
             .map_err(|e| CoreError::Internal(format!("tokenizer task: {e}")))?
-            .map_err(invalid)
+            .map_err(untokenizable)
     }
+}
+
+fn untokenizable(e: tokenizers::Error) -> CoreError {
+    CoreError::Invalid(format!("could not tokenize: {e}"))
 }
 
 /// `q`'s tokens, through this thread's reused buffers: one allocation, the [`Tokens`] themselves.
