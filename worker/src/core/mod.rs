@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::try_join_all;
+use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use wire::{Prediction, QueueStats};
@@ -40,6 +41,12 @@ const INLINE_TOKENIZE_BYTES_FAST: usize = 16 * 1024;
 
 /// The deadline of a request timeout too long for the clock, as `tokio::time::timeout` sets it.
 const FAR_FUTURE: Duration = Duration::from_secs(86400 * 365 * 30);
+
+/// A request's queries. Most requests have one: it, its tokens, its logits and its prediction
+/// each stay inline (no allocation for the list).
+pub type Queries = SmallVec<[String; 1]>;
+/// One per query, in the order of the request's queries.
+pub type PerQuery<T> = SmallVec<[T; 1]>;
 
 /// Per-request bounds.
 #[derive(Debug, Clone, Copy)]
@@ -153,7 +160,7 @@ impl Core {
     /// [`CoreError::Overloaded`]), tokenizes, admits their tokens in their class (or refuses),
     /// queues them in their class's lane, and waits for the batches, at most the request timeout.
     /// A short request is tokenized first, and admitted in one step with its exact tokens.
-    pub async fn predict(&self, queries: Vec<String>, all_scores: bool) -> Result<Vec<Prediction>, CoreError> {
+    pub async fn predict(&self, queries: Queries, all_scores: bool) -> Result<PerQuery<Prediction>, CoreError> {
         if self.is_draining() {
             return Err(CoreError::Draining);
         }
@@ -164,7 +171,7 @@ impl Core {
         // clock's range), from the admission's clock reading.
         let deadline_of = |at: Instant| at.checked_add(timeout).unwrap_or_else(|| at + FAR_FUTURE);
         let logits = if self.tokenizes_inline(&queries) {
-            let encodings = queries.iter().map(|q| encode(&self.encoder, q)).collect::<Result<Vec<_>, _>>();
+            let encodings = queries.iter().map(|q| encode(&self.encoder, q)).collect::<Result<PerQuery<_>, _>>();
             let encodings = encodings.map_err(untokenizable)?;
             let tokens = encodings.iter().map(|e| e.len() as u64).sum();
             let Ok((_ticket, class)) = self.admission.try_admit_tokenized(n, tokens) else {
@@ -222,11 +229,11 @@ impl Core {
     /// A long request: tokenizes it on the blocking pool, charges its tokens, and queues it.
     async fn tokenize_and_queue(
         &self,
-        queries: Vec<String>,
+        queries: Queries,
         ticket: &mut admission::Ticket,
         admitted_at: Instant,
         deadline: Instant,
-    ) -> Result<Vec<Vec<f32>>, CoreError> {
+    ) -> Result<PerQuery<Vec<f32>>, CoreError> {
         let n = queries.len() as u64;
         let encodings = self.tokenize(queries).await?;
         let charged = encodings.map(|encodings| {
@@ -242,12 +249,12 @@ impl Core {
     /// Queues every query of an admitted request in its class's lane, and waits for all logits.
     async fn queue(
         &self,
-        encodings: Vec<Tokens>,
+        encodings: PerQuery<Tokens>,
         tokens: u64,
         class: Class,
         admitted_at: Instant,
         deadline: Instant,
-    ) -> Result<Vec<Vec<f32>>, CoreError> {
+    ) -> Result<PerQuery<Vec<f32>>, CoreError> {
         self.stats.admitted(admitted_at, encodings.len() as u64);
         self.metrics.admitted(class, tokens);
         let queue = &self.lanes[class as usize];
@@ -269,7 +276,7 @@ impl Core {
         if encodings.len() == 1 {
             // Most requests: one query, no join.
             let tokens = encodings.into_iter().next().expect("one encoding");
-            return Ok(vec![enqueue(tokens)?.await.map_err(dropped)?.map_err(failed)?]);
+            return Ok(smallvec::smallvec![enqueue(tokens)?.await.map_err(dropped)?.map_err(failed)?]);
         }
         let receivers = encodings.into_iter().map(enqueue).collect::<Result<Vec<_>, _>>()?;
         let answers = try_join_all(receivers).await.map_err(dropped)?;
@@ -287,11 +294,11 @@ impl Core {
     /// blocking pool, in parallel across requests, so it never stalls the runtime; its running
     /// token total is checked after each query, and tokenizing stops as soon as the request could
     /// no longer be admitted (`None`).
-    async fn tokenize(&self, queries: Vec<String>) -> Result<Option<Vec<Tokens>>, CoreError> {
+    async fn tokenize(&self, queries: Queries) -> Result<Option<PerQuery<Tokens>>, CoreError> {
         let (encoder, admission) = (self.encoder.clone(), self.admission.clone());
         let encode = move || {
             let n = queries.len() as u64;
-            let (mut encodings, mut tokens) = (Vec::with_capacity(queries.len()), 0);
+            let (mut encodings, mut tokens) = (PerQuery::with_capacity(queries.len()), 0);
             for q in &queries {
                 let enc = encode(&encoder, q)?;
                 tokens += enc.len() as u64;

@@ -20,14 +20,17 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderName, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::{Instrument, Level, Span};
 
-pub const X_REQUEST_ID: &str = "x-request-id";
-const TRACEPARENT: &str = "traceparent";
+/// Names made once: a header name made from a `&str` that is not a standard header copies it
+/// into an allocation of its own at every insert.
+pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
 /// Longest client-given request id kept; a longer one (or one with other than visible ASCII) is
 /// replaced by a new id, so a client cannot flood every log line.
@@ -66,20 +69,16 @@ pub async fn request_context(State(state): State<AppState>, req: Request, next: 
 
 /// What [`request_context`] does around a request, for any body type: the `/predict` fast path
 /// (`super::Routes`) runs its handlers in it too.
-pub async fn in_context<B, F, Fut>(state: &AppState, mut req: axum::http::Request<B>, run: F) -> Response
+pub async fn in_context<B, F, Fut>(state: &AppState, req: axum::http::Request<B>, run: F) -> Response
 where
     F: FnOnce(axum::http::Request<B>) -> Fut,
     Fut: Future<Output = Response>,
 {
-    let id = match req.headers().get(X_REQUEST_ID).filter(|v| is_printable(v, MAX_REQUEST_ID_LEN)) {
+    let id = match req.headers().get(&X_REQUEST_ID).filter(|v| is_printable(v, MAX_REQUEST_ID_LEN)) {
         Some(v) => v.clone(),
-        None => {
-            let v = new_request_id();
-            req.headers_mut().insert(X_REQUEST_ID, v.clone());
-            v
-        }
+        None => new_request_id(),
     };
-    let traceparent = req.headers().get(TRACEPARENT).filter(|t| t.to_str().is_ok_and(is_traceparent)).cloned();
+    let traceparent = req.headers().get(&TRACEPARENT).filter(|t| t.to_str().is_ok_and(is_traceparent)).cloned();
     let identity = Identity { id, traceparent };
     // The backend thread's per-query line (`batching::runner`) logs on the span it is handed.
     let mut resp = if tracing::enabled!(target: "worker::batching::runner", Level::TRACE) {
@@ -87,7 +86,7 @@ where
     } else {
         IDENTITY.scope(identity.clone(), run(req)).await
     };
-    resp.headers_mut().insert(X_REQUEST_ID, identity.id);
+    resp.headers_mut().insert(&X_REQUEST_ID, identity.id);
     if state.core.is_draining() {
         resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
@@ -115,7 +114,9 @@ fn is_traceparent(t: &str) -> bool {
 /// 32 hex digits, like nginx's `$request_id`: a random 64-bit prefix drawn once per process,
 /// then a counter. Unique within the process, unlikely to repeat across processes, and cheap: each
 /// thread takes its counter values a block at a time, so threads do not contend for one counter
-/// on every request (ids from one thread increase; across threads they are not ordered).
+/// on every request (ids from one thread increase; across threads they are not ordered). The
+/// value owns its digits in one allocation, and its clones share it (a value copied from a slice
+/// would allocate again at its first clone).
 fn new_request_id() -> HeaderValue {
     const BLOCK: u64 = 1024;
     static PREFIX: OnceLock<u64> = OnceLock::new();
@@ -139,7 +140,7 @@ fn new_request_id() -> HeaderValue {
         hex[2 * i] = HEX[usize::from(byte >> 4)];
         hex[2 * i + 1] = HEX[usize::from(byte & 0xf)];
     }
-    HeaderValue::from_bytes(&hex).expect("hex digits")
+    HeaderValue::from_maybe_shared(Bytes::from_owner(hex)).expect("hex digits")
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

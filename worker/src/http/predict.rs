@@ -1,5 +1,6 @@
 //! `/predict`: parse the query string or the body, hand the queries to the core, answer.
 
+use std::cell::RefCell;
 use std::time::Instant as StdInstant;
 
 use axum::Json;
@@ -8,15 +9,17 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use smallvec::smallvec;
 use wire::{PredictBatchResponse, PredictParams, PredictRequest};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::core::Queries;
 
 /// A parsed `/predict` call.
 #[derive(Debug, PartialEq)]
 pub struct Call {
-    pub queries: Vec<String>,
+    pub queries: Queries,
     /// `{"queries": [...]}`: answer with a list even for one query.
     pub batch: bool,
     pub all_scores: bool,
@@ -90,7 +93,7 @@ fn parse_lone_query(raw: &str) -> Option<Call> {
         i += 1;
     }
     let query = String::from_utf8(decoded).ok()?;
-    Some(Call { queries: vec![query], batch: false, all_scores: false })
+    Some(Call { queries: smallvec![query], batch: false, all_scores: false })
 }
 
 /// Any query string: checked for UTF-8, then parsed by the form decoder.
@@ -99,7 +102,7 @@ fn parse_query_general(raw: &str) -> Result<Call, ApiError> {
     let p: PredictParams =
         serde_urlencoded::from_str(raw).map_err(|e| ApiError::Invalid(format!("bad query string: {e}")))?;
     let query = p.query.ok_or_else(|| ApiError::Invalid("missing `query` parameter".into()))?;
-    Ok(Call { queries: vec![query], batch: false, all_scores: p.all_scores })
+    Ok(Call { queries: smallvec![query], batch: false, all_scores: p.all_scores })
 }
 
 /// The form decoder replaces invalid UTF-8 silently; a query must not change meaning that way.
@@ -122,8 +125,8 @@ pub fn parse_body(body: &[u8]) -> Result<Call, ApiError> {
     let req: PredictRequest =
         serde_json::from_slice(body).map_err(|e| ApiError::Invalid(format!("body is not a valid request: {e}")))?;
     match (req.query, req.queries) {
-        (Some(q), None) => Ok(Call { queries: vec![q], batch: false, all_scores: req.all_scores }),
-        (None, Some(qs)) => Ok(Call { queries: qs, batch: true, all_scores: req.all_scores }),
+        (Some(q), None) => Ok(Call { queries: smallvec![q], batch: false, all_scores: req.all_scores }),
+        (None, Some(qs)) => Ok(Call { queries: Queries::from_vec(qs), batch: true, all_scores: req.all_scores }),
         (Some(_), Some(_)) => Err(ApiError::Invalid("give `query` or `queries`, not both".into())),
         (None, None) => Err(ApiError::Invalid("missing `query` or `queries`".into())),
     }
@@ -144,7 +147,7 @@ async fn respond(state: AppState, call: Result<Call, ApiError>) -> Response {
 async fn predict(state: &AppState, call: Call) -> Result<Response, ApiError> {
     let predictions = state.core.predict(call.queries, call.all_scores).await?;
     if call.batch {
-        return Ok(json(PredictBatchResponse { predictions }));
+        return Ok(json(PredictBatchResponse { predictions: predictions.into_vec() }));
     }
     let one = predictions.into_iter().next().ok_or_else(|| ApiError::Internal("no prediction for the query".into()))?;
     Ok(json(one))
@@ -152,9 +155,24 @@ async fn predict(state: &AppState, call: Call) -> Result<Response, ApiError> {
 
 /// The answer `Json(value).into_response()` gives (the same body and headers), built directly:
 /// axum's builds a response with an `application/octet-stream` content type and then replaces
-/// it, through a `BytesMut` writer.
+/// it, through a `BytesMut` writer. The JSON is written into this thread's reused buffer and
+/// copied out at its exact length: one allocation, where a body made from a growing `Vec` takes
+/// one for the `Vec` and, as its length is not its capacity, one more for the `Bytes`.
 fn json<T: serde::Serialize>(value: T) -> Response {
-    match serde_json::to_vec(&value) {
+    thread_local! {
+        static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    /// A buffer grown past this (a large batch's answer) is not kept.
+    const KEEP: usize = 64 * 1024;
+    let body = BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        let body = serde_json::to_writer(&mut *buffer, &value).map(|()| Bytes::copy_from_slice(buffer));
+        if buffer.capacity() > KEEP {
+            *buffer = Vec::new();
+        }
+        body
+    });
+    match body {
         Ok(body) => {
             let mut response = Response::new(Body::from(body));
             response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -269,7 +287,14 @@ mod tests {
         let one = || wire::Prediction { intent: "PlayMusic".into(), score: 0.75, scores: None };
         let all = wire::Prediction { scores: Some([("A".to_owned(), 0.25), ("B\"".to_owned(), 0.75)].into()), ..one() };
         let batch = || PredictBatchResponse { predictions: vec![one(), all.clone()] };
-        let pairs = [(json(one()), Json(one()).into_response()), (json(batch()), Json(batch()).into_response())];
+        // Past the reused buffer's kept size (then dropped), and a small one after it.
+        let big = || PredictBatchResponse { predictions: vec![all.clone(); 2000] };
+        let pairs = [
+            (json(one()), Json(one()).into_response()),
+            (json(batch()), Json(batch()).into_response()),
+            (json(big()), Json(big()).into_response()),
+            (json(one()), Json(one()).into_response()),
+        ];
         for (ours, axums) in pairs {
             assert_eq!(ours.status(), axums.status());
             assert_eq!(ours.headers(), axums.headers());
@@ -327,9 +352,9 @@ mod tests {
         fn encoded_queries_come_back_unchanged(q in any::<String>(), all in any::<bool>()) {
             let raw = format!("all_scores={all}&query={}", encode(q.as_bytes()));
             let call = parse_query(&raw).unwrap();
-            prop_assert_eq!(call, Call { queries: vec![q.clone()], batch: false, all_scores: all });
+            prop_assert_eq!(call, Call { queries: smallvec![q.clone()], batch: false, all_scores: all });
             let body = serde_json::to_vec(&serde_json::json!({"queries": [q.clone(), q.clone()]})).unwrap();
-            prop_assert_eq!(parse_body(&body).unwrap().queries, vec![q.clone(), q]);
+            prop_assert_eq!(parse_body(&body).unwrap().queries.into_vec(), vec![q.clone(), q]);
         }
     }
 }
