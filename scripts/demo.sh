@@ -84,16 +84,18 @@ if [ -n "${DEMO_RATES:-}" ]; then
   rates=$DEMO_RATES
 else
   echo "== one worker's capacity through a gateway, to size the load steps (a worker and a gateway of"
-  echo "   their own; closed loop, 8 clients, 3 s)"
+  echo "   their own; closed loop, 8 clients, 4 s after 2 s of warm-up)"
   start_listening "$work/probe-worker" "$bin/worker" --listen 127.0.0.1:0 "${worker_args[@]}"
   probe_worker=$started_pid
   start_listening "$work/probe-gateway" "$bin/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$started_url"
   probe_gateway=$started_pid
-  cap=$("$bin/loadtest" --url "$started_url" -c 8 -d 3s --warmup 1s --json |
+  cap=$("$bin/loadtest" --url "$started_url" -c 8 -d 4s --warmup 2s --json |
     python3 -c 'import json,sys; print(int(json.loads(sys.stdin.readline())["throughput_per_s"]))')
   kill -TERM "$probe_gateway" "$probe_worker"; wait "$probe_gateway" "$probe_worker" 2>/dev/null || true
   echo "   $cap requests/s"
-  rates=$(python3 -c "c=$cap; print(' '.join(str(max(1, round(c*f))) for f in (0.15, 0.4, 0.8, 1.1, 0.8, 0.4)))")
+  # The peak step is 1.2x the measured figure: on a small shared machine the probe can read 10 %
+  # low, and a peak within the real capacity queues nothing, so nothing scales.
+  rates=$(python3 -c "c=$cap; print(' '.join(str(max(1, round(c*f))) for f in (0.15, 0.4, 0.8, 1.2, 0.8, 0.4)))")
 fi
 
 echo "== the scaler: the HPA's request, algorithm and behavior (scripts/demo-behavior.yaml), 1..$max workers"
