@@ -4,8 +4,8 @@
 # (worker/examples/fake_worker.rs: the whole host side, no inference), as benches/host_cost.sh
 # builds them, and driven by the bundled load generator; uprobes on mimalloc's entry points
 # (`perf probe`) count every allocation, reallocation and free the process makes while it answers
-# a fixed number of requests. Counts, unlike CPU time, do not depend on the machine's noise: one
-# run per build is exact for the traffic given.
+# a fixed number of requests. Counts hardly depend on the machine's noise, unlike CPU time; with
+# more than one client they move a little with how requests fall into batches.
 #
 #   benches/allocs_per_request.sh [BASE_REF]       (as root; needs `perf` and uprobes)
 #
@@ -21,29 +21,13 @@ CLIENTS=${CLIENTS:-"1 4 64"}
 command -v perf >/dev/null || { echo "no perf here: apt-get install linux-perf" >&2; exit 1; }
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
 out=benches/out/allocs-$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$out/bin"
 # uprobes need tracefs; mount it where the kernel has it but nothing mounted it.
 if [ ! -e /sys/kernel/tracing/uprobe_events ] && [ -d /sys/kernel/tracing ]; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 fi
 
-if [ -z "${BASE_WORKER:-}" ]; then
-  src=$root/benches/out/host_cost-base-src
-  git worktree remove --force "$src" 2>/dev/null || rm -rf "$src"
-  git worktree add --detach "$src" "$base_ref" >/dev/null
-  cp worker/examples/fake_worker.rs "$src/worker/examples/fake_worker_base.rs"
-  (cd "$src" && cargo build -q --release -p worker --example fake_worker_base)
-  cp "$CARGO_TARGET_DIR/release/examples/fake_worker_base" "$out/bin/base"
-  git worktree remove --force "$src"
-  BASE_WORKER=$out/bin/base
-fi
-if [ -z "${CURRENT_WORKER:-}" ]; then
-  cargo build -q --release -p worker --example fake_worker
-  cp "$CARGO_TARGET_DIR/release/examples/fake_worker" "$out/bin/current"
-  CURRENT_WORKER=$out/bin/current
-fi
-cargo build -q --release -p loadtest
-loadtest=$CARGO_TARGET_DIR/release/loadtest
+. benches/lib/fake_workers.sh
+build_fake_workers "$out" "$base_ref"
 
 . scripts/lib/start.sh
 pid=""

@@ -26,28 +26,9 @@ LOAD_CPU=${LOAD_CPU:-0}
 WORKER_ARGS=${WORKER_ARGS:-}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
 out=benches/out/host_cost-$(date -u +%Y%m%dT%H%M%SZ)
-mkdir -p "$out/bin"
 
-# The base revision in a worktree of its own, with this tree's example copied in under another
-# name (so both build into one target directory, sharing the dependencies, without clobbering).
-if [ -z "${BASE_WORKER:-}" ]; then
-  src=$root/benches/out/host_cost-base-src
-  git worktree remove --force "$src" 2>/dev/null || rm -rf "$src"
-  git worktree add --detach "$src" "$base_ref" >/dev/null
-  cp worker/examples/fake_worker.rs "$src/worker/examples/fake_worker_base.rs" 2>/dev/null ||
-    { mkdir -p "$src/worker/examples"; cp worker/examples/fake_worker.rs "$src/worker/examples/fake_worker_base.rs"; }
-  (cd "$src" && cargo build -q --release -p worker --example fake_worker_base)
-  cp "$CARGO_TARGET_DIR/release/examples/fake_worker_base" "$out/bin/base-worker"
-  git worktree remove --force "$src"
-  BASE_WORKER=$out/bin/base-worker
-fi
-if [ -z "${CURRENT_WORKER:-}" ]; then
-  cargo build -q --release -p worker --example fake_worker
-  cp "$CARGO_TARGET_DIR/release/examples/fake_worker" "$out/bin/current-worker"
-  CURRENT_WORKER=$out/bin/current-worker
-fi
-cargo build -q --release -p loadtest
-loadtest=$CARGO_TARGET_DIR/release/loadtest
+. benches/lib/fake_workers.sh
+build_fake_workers "$out" "$base_ref"
 
 . scripts/lib/start.sh
 pids=()

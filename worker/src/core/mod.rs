@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::try_join_all;
-use smallvec::SmallVec;
+use smallvec::{SmallVec, smallvec};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use wire::{Prediction, QueueStats};
@@ -276,7 +276,7 @@ impl Core {
         if encodings.len() == 1 {
             // Most requests: one query, no join.
             let tokens = encodings.into_iter().next().expect("one encoding");
-            return Ok(smallvec::smallvec![enqueue(tokens)?.await.map_err(dropped)?.map_err(failed)?]);
+            return Ok(smallvec![enqueue(tokens)?.await.map_err(dropped)?.map_err(failed)?]);
         }
         let receivers = encodings.into_iter().map(enqueue).collect::<Result<Vec<_>, _>>()?;
         let answers = try_join_all(receivers).await.map_err(dropped)?;
