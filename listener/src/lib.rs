@@ -55,7 +55,6 @@ mod server;
 mod service;
 pub mod shard;
 mod signal;
-mod threads;
 
 pub use args::{
     Config, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
@@ -71,7 +70,6 @@ pub use nofile::raise_nofile_limit;
 pub use phase::TimeoutKind;
 pub use server::Server;
 pub use signal::stop_signal;
-pub use threads::ConnectionThreads;
 
 /// The error type hyper and tower accept from services and bodies.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

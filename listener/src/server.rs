@@ -33,7 +33,7 @@ use hyper::server::conn::http1;
 use hyper::service::Service;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::args::{Config, MAX_HEAD_BYTES};
 use crate::body::BodyReader;
@@ -43,7 +43,6 @@ use crate::metrics::Metrics;
 use crate::nofile;
 use crate::phase::{Clock, Deadlines};
 use crate::registry::Registry;
-use crate::threads::ConnectionThreads;
 use crate::{BoxError, answer};
 
 /// How many idle connections are asked to close at once at the cap (nginx drains 32).
@@ -68,7 +67,6 @@ pub struct Server {
     permits: Arc<Semaphore>,
     refusals: Arc<Semaphore>,
     bodies: BodyReader,
-    threads: Option<Arc<ConnectionThreads>>,
 }
 
 impl Server {
@@ -115,16 +113,7 @@ impl Server {
             config,
             shared,
             bodies,
-            threads: None,
         }
-    }
-
-    /// Serves each accepted connection on one of `threads` (see [`ConnectionThreads`]) instead
-    /// of on the runtime that runs [`Server::serve`].
-    #[must_use]
-    pub fn connection_threads(mut self, threads: Arc<ConnectionThreads>) -> Self {
-        self.threads = Some(threads);
-        self
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
@@ -151,7 +140,7 @@ impl Server {
         B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        let Self { listener, config, shared, permits, refusals, threads, .. } = self;
+        let Self { listener, config, shared, permits, refusals, .. } = self;
         let sweeper = AbortOnDrop(tokio::spawn(sweep(Arc::clone(&shared))));
         let admit = Admit {
             shared,
@@ -160,7 +149,6 @@ impl Server {
             service,
             retry_after_s: config.retry_after_s,
             cap: config.max_connections,
-            threads,
         };
         let mut shutdown = pin!(shutdown);
         let mut backoff = Backoff::default();
@@ -228,7 +216,6 @@ struct Admit<S> {
     retry_after_s: u64,
     /// The permits `permits` was made with.
     cap: usize,
-    threads: Option<Arc<ConnectionThreads>>,
 }
 
 impl<S, B> Admit<S>
@@ -244,7 +231,7 @@ where
         // tens of milliseconds.
         let _ = stream.set_nodelay(true);
         if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
-            start(self.threads.as_deref(), stream, Arc::clone(&self.shared), self.service.clone(), permit);
+            tokio::spawn(conn::serve(stream, Arc::clone(&self.shared), self.service.clone(), permit));
             return;
         }
         let evicted = self.shared.registry.evict_idle(EVICT_BATCH);
@@ -252,19 +239,14 @@ where
             self.shared.metrics.refused.inc();
             return;
         };
-        let (shared, permits, service, retry_after_s, threads) = (
-            Arc::clone(&self.shared),
-            Arc::clone(&self.permits),
-            self.service.clone(),
-            self.retry_after_s,
-            self.threads.clone(),
-        );
+        let (shared, permits, service, retry_after_s) =
+            (Arc::clone(&self.shared), Arc::clone(&self.permits), self.service.clone(), self.retry_after_s);
         tokio::spawn(async move {
             if evicted > 0
                 && let Ok(Ok(permit)) = tokio::time::timeout(EVICT_WAIT, permits.acquire_owned()).await
             {
                 drop(slot);
-                return start(threads.as_deref(), stream, shared, service, permit);
+                return conn::serve(stream, shared, service, permit).await;
             }
             shared.metrics.refused.inc();
             refuse(stream, retry_after_s).await;
@@ -298,37 +280,6 @@ where
         }
         let refusing = u32::try_from(refusal_slots(self.cap)).unwrap_or(u32::MAX);
         let _ = tokio::time::timeout(REFUSE_TIME * 2, Arc::clone(&self.refusals).acquire_many_owned(refusing)).await;
-    }
-}
-
-/// Starts serving an admitted connection: on one of `threads` if there are, else on this runtime.
-fn start<S, B>(
-    threads: Option<&ConnectionThreads>,
-    stream: TcpStream,
-    shared: Arc<Shared>,
-    service: S,
-    permit: OwnedSemaphorePermit,
-) where
-    S: Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    let Some(threads) = threads else {
-        tokio::spawn(conn::serve(stream, shared, service, permit));
-        return;
-    };
-    // Out of this runtime's reactor, into the connection thread's (registered on its first poll
-    // there). Socket options set so far (`TCP_NODELAY`) stay with the socket.
-    match stream.into_std() {
-        Ok(stream) => threads.spawn(async move {
-            match TcpStream::from_std(stream) {
-                Ok(stream) => conn::serve(stream, shared, service, permit).await,
-                Err(e) => tracing::debug!(error = %e, "dropping a connection its thread could not register"),
-            }
-        }),
-        Err(e) => tracing::debug!(error = %e, "dropping a connection that could not leave the accepting runtime"),
     }
 }
 

@@ -41,14 +41,6 @@ pub struct Config {
     #[arg(long, env = "WORKER_RUNTIME_THREADS", default_value_t = 0)]
     pub runtime_threads: usize,
 
-    /// Client connections are served on this many threads of their own, each with a
-    /// single-threaded runtime, a connection staying on the thread it was given (nginx's
-    /// workers, actix-web's model); the runtime of `--runtime-threads` then runs only the accept
-    /// loop, batching and the rest. 0: connections are served on that runtime, moving between
-    /// its threads as tokio's scheduler steals work. See `docs/worker.md`.
-    #[arg(long, env = "WORKER_CONNECTION_THREADS", default_value_t = 0)]
-    pub connection_threads: usize,
-
     /// ONNX Runtime inter-op threads (used only by its parallel executor, which the worker does
     /// not turn on); 0 lets ONNX Runtime choose.
     #[arg(long, env = "WORKER_INTER_OP_THREADS", default_value_t = 0)]

@@ -74,8 +74,6 @@ pub struct Worker {
     /// The client listener's limits and its metrics (registered with the worker's).
     listener: listener::Config,
     listener_metrics: listener::Metrics,
-    /// `--connection-threads`.
-    connection_threads: usize,
 }
 
 /// Builds a worker for `model` around the backends that `make_backend` makes: one per session of
@@ -156,13 +154,7 @@ where
     let mut listener = config.listener.config();
     listener.drain_timeout = config.drain_timeout.max(MIN_ANSWER_TIME);
     listener.retry_after_s = http::RETRY_AFTER_S;
-    Ok(Worker {
-        state,
-        drain_timeout: config.drain_timeout,
-        listener,
-        listener_metrics,
-        connection_threads: config.connection_threads,
-    })
+    Ok(Worker { state, drain_timeout: config.drain_timeout, listener, listener_metrics })
 }
 
 impl Worker {
@@ -184,17 +176,7 @@ impl Worker {
     /// drain timeout again, and returns.
     pub async fn serve(self, tcp: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), StartupError> {
         let core = self.state.core.clone();
-        let mut server = listener::Server::new(tcp, self.listener.clone(), self.listener_metrics.clone());
-        let threads = match self.connection_threads {
-            0 => None,
-            n => Some(Arc::new(
-                listener::ConnectionThreads::start(n, "worker-conn")
-                    .map_err(|e| StartupError::Other(format!("starting the connection threads: {e}")))?,
-            )),
-        };
-        if let Some(threads) = &threads {
-            server = server.connection_threads(Arc::clone(threads));
-        }
+        let server = listener::Server::new(tcp, self.listener.clone(), self.listener_metrics.clone());
         let _ = self.state.bodies.set(server.bodies());
         let service = hyper_util::service::TowerToHyperService::new(http::routes(self.state.clone()));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -215,10 +197,6 @@ impl Worker {
         // The listener bounds its own drain by the drain timeout; this only guards against a bug.
         if tokio::time::timeout(self.listener.drain_timeout + MIN_ANSWER_TIME, serving).await.is_err() {
             tracing::warn!("connections still open after the drain; exiting anyway");
-        }
-        // Stopping them joins their threads: not on a runtime thread.
-        if let Some(threads) = threads {
-            let _ = tokio::task::spawn_blocking(move || drop(threads)).await;
         }
         tracing::info!("stopped");
         Ok(())
