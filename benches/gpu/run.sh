@@ -110,12 +110,18 @@ steps=$out/steps.jsonl
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } |
   tee "$out/gpu.txt"
 echo "cpus: $(nproc)" | tee -a "$out/gpu.txt"
+# The host CPU, to tell machines of this type apart: the same build's CPU per request differs by
+# 10-25 % between sittings (benches/RESULTS.md, sittings 25-33).
+{ model_name=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+  mhz=$(awk -F': *' '/^cpu MHz/ {s += $2; n++} END {if (n) printf "%.0f", s / n}' /proc/cpuinfo)
+  echo "cpu: ${model_name:-unknown}, ${mhz:-?} MHz now (mean over cores), kernel $(uname -r)"; } | tee -a "$out/gpu.txt"
 if [ -f "$app/commit.txt" ]; then cp "$app/commit.txt" "$out/commit.txt"  # benches/gpu/stage.sh wrote it
 else git rev-parse --short HEAD 2>/dev/null >"$out/commit.txt" || echo unknown >"$out/commit.txt"; fi
 "$app/worker" --version >>"$out/commit.txt" 2>/dev/null || true
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; } # the whole machine
+steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; } # time the hypervisor ran something else
 hz=$(getconf CLK_TCK)
 
 # Per thread group (the thread name without its number) CPU ticks of process $1, as JSON.
@@ -172,20 +178,20 @@ step() {
     (while true; do curl -s "$stats_url/v1/stats" >>"$statsf" && echo >>"$statsf"; sleep 0.25; done) & spid=$!
   fi
   local th0; th0=$(thread_ticks "$wpid")
-  local g0=0 g1=0 m0 m1; [ -n "${gpid:-}" ] && g0=$(cpu_ticks "$gpid")
-  m0=$(busy_ticks)
+  local g0=0 g1=0 m0 m1 s0 s1; [ -n "${gpid:-}" ] && g0=$(cpu_ticks "$gpid")
+  m0=$(busy_ticks) s0=$(steal_ticks)
   t0=$(cpu_ticks "$wpid")
   "$app/loadtest" --url "$target" --threads "$LOADTEST_THREADS" --warmup 0s --json "${dur[@]}" "$@" \
     >"$out/$section-${label%%:*}.json" 2>>"$out/loadtest.stderr" || true
   t1=$(cpu_ticks "$wpid")
-  m1=$(busy_ticks)
+  m1=$(busy_ticks) s1=$(steal_ticks)
   [ -n "${gpid:-}" ] && g1=$(cpu_ticks "$gpid")
   local th1; th1=$(thread_ticks "$wpid")
   [ -n "$spid" ] && { kill "$spid"; wait "$spid" 2>/dev/null || true; }
   python3 - "$section" "$label" "$((t1 - t0))" "$hz" "$out/$section-${label%%:*}.json" "$statsf" "$th0" "$th1" \
-    "$((g1 - g0))" "$((m1 - m0))" <<'PY' >>"$steps"
+    "$((g1 - g0))" "$((m1 - m0))" "$((s1 - s0))" <<'PY' >>"$steps"
 import json, statistics, sys
-section, label, ticks, hz, res, statsf, th0, th1, gticks, mticks = sys.argv[1:]
+section, label, ticks, hz, res, statsf, th0, th1, gticks, mticks, sticks = sys.argv[1:]
 phases = [json.loads(l) for l in open(res) if l.strip().startswith("{")]
 stats = []
 for l in open(statsf):
@@ -213,6 +219,7 @@ print(json.dumps({
     "gateway_cores": round(int(gticks) / int(hz) / secs, 2) if int(gticks) else None,
     "gateway_us_per_req": round(int(gticks) / int(hz) * 1e6 / ok, 1) if int(gticks) and ok else None,
     "machine_busy_cores": round(int(mticks) / int(hz) / secs, 2),
+    "machine_steal_cores": round(int(sticks) / int(hz) / secs, 2),
     "threads_cores": {k: v for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v > 0.005},
     "gpu_util_pct": med(gpu), "mean_batch_rows": med(lambda r: r["batches"]["mean_rows"]),
     "mean_inference_ms": med(lambda r: r["batches"]["mean_inference_ms"]),

@@ -36,7 +36,7 @@ def errors(p: dict) -> int:
 def closed_table(rows: list[dict]) -> list[str]:
     gw = any(r.get("gateway_cores") for r in rows)
     head = "| step | req/s | p50 ms | p99 ms | max ms | errors | worker cores | worker µs/req | GPU util % | batch rows | batch ms |"
-    head += " gateway cores | gateway µs/req |" * gw + " machine busy cores |"
+    head += " gateway cores | gateway µs/req |" * gw + " machine busy cores | steal cores |"
     out = [head, "|---|" + "---:|" * (head.count("|") - 2)]
     for r in rows:
         for p in r["phases"]:
@@ -45,7 +45,7 @@ def closed_table(rows: list[dict]) -> list[str]:
                     f"{fmt(r['gpu_util_pct'], 0)} | {fmt(r['mean_batch_rows'])} | {fmt(r['mean_inference_ms'], 2)} |")
             if gw:
                 line += f" {fmt(r.get('gateway_cores'), 2)} | {fmt(r.get('gateway_us_per_req'))} |"
-            out.append(line + f" {fmt(r.get('machine_busy_cores'), 2)} |")
+            out.append(line + f" {fmt(r.get('machine_busy_cores'), 2)} | {fmt(r.get('machine_steal_cores'), 2)} |")
     return out
 
 
