@@ -112,9 +112,20 @@ steps=$out/steps.jsonl
 echo "cpus: $(nproc)" | tee -a "$out/gpu.txt"
 # The host CPU, to tell machines of this type apart: the same build's CPU per request differs by
 # 10-25 % between sittings (benches/RESULTS.md, sittings 25-33).
-{ model_name=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1)
+# A VM's model name is often generic ("Intel(R) Xeon(R) Processor"): family, model and stepping
+# name the generation (6/207/2: Emerald Rapids).
+{ field() { lscpu 2>/dev/null | sed -n "s/^$1: *//p" | head -n 1; }
   mhz=$(awk -F': *' '/^cpu MHz/ {s += $2; n++} END {if (n) printf "%.0f", s / n}' /proc/cpuinfo)
-  echo "cpu: ${model_name:-unknown}, ${mhz:-?} MHz now (mean over cores), kernel $(uname -r)"; } | tee -a "$out/gpu.txt"
+  echo "cpu: $(field 'Model name') (family $(field 'CPU family'), model $(field Model), stepping $(field Stepping)," \
+    "L3 $(field 'L3 cache')), ${mhz:-?} MHz now (mean over cores), kernel $(uname -r)"
+  # One core's speed, the best of five runs of a fixed loop: no network, no allocator, no GPU.
+  python3 -c 'import time
+def f():
+    s = 0
+    for i in range(2_000_000): s += i * i % 7
+    return s
+best = min((lambda t: (f(), time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(5))
+print(f"one core: {best * 1e3:.0f} ms for a fixed Python loop (best of 5)")'; } | tee -a "$out/gpu.txt"
 if [ -f "$app/commit.txt" ]; then cp "$app/commit.txt" "$out/commit.txt"  # benches/gpu/stage.sh wrote it
 else git rev-parse --short HEAD 2>/dev/null >"$out/commit.txt" || echo unknown >"$out/commit.txt"; fi
 "$app/worker" --version >>"$out/commit.txt" 2>/dev/null || true
