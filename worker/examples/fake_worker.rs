@@ -10,7 +10,6 @@
 //! stops on SIGTERM or SIGINT, draining like the worker.
 
 use clap::Parser;
-use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use worker::Config;
 use worker::backend::FakeBackend;
@@ -24,7 +23,9 @@ async fn main() -> anyhow::Result<()> {
     let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
     let fake = FakeBackend::new(model.labels.len());
     let worker = worker::build(&config, model, move |_| Ok(fake.clone())).await?;
-    let listener = TcpListener::bind(config.listen).await?;
+    // The worker's own deep accept queue (`listener::bind`), not tokio's 1024: a burst of ~900
+    // connects overflowed that one, and the overflow waited a second for the SYN's retransmit.
+    let listener = listener::bind(config.listen)?;
     println!("listening on http://{}", listener.local_addr()?);
     worker
         .serve(listener, async {
