@@ -18,6 +18,14 @@ fn parse_factor(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A utilization in (0, 1].
+fn parse_utilization(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(u) if u > 0.0 && u <= 1.0 => Ok(u),
+        _ => Err(format!("not a utilization in (0, 1]: {s:?} (0.7 is 70 %)")),
+    }
+}
+
 /// The gateway: p2c balancing over GPU workers, discovery, and the pool scaling signal.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "gateway", version, about)]
@@ -134,11 +142,37 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_STALE_AFTER", default_value = "3s", value_parser = parse_duration)]
     pub stale_after: Duration,
 
-    /// Queued plus in-flight queries one replica should carry (the signal's queue target).
+    /// Target utilization of a replica, in (0, 1]: the signal is the offered demand over what
+    /// one replica serves at this share of its capacity, `lambda / (C x u)` (`docs/signal.md`).
+    #[arg(long, env = "GATEWAY_TARGET_UTILIZATION", default_value_t = 0.7, value_parser = parse_utilization)]
+    pub target_utilization: f64,
+
+    /// The demand's averaging window: queries offered to a pool per second over this long.
+    #[arg(long, env = "GATEWAY_DEMAND_WINDOW", default_value = "5s", value_parser = parse_duration)]
+    pub demand_window: Duration,
+
+    /// Latency target: the queue a worker clears within it (and never less than two full
+    /// batches) is normal; beyond it the worker is saturated and the rest is backlog.
+    #[arg(long, env = "GATEWAY_LATENCY_TARGET", default_value = "20ms", value_parser = parse_duration)]
+    pub latency_target: Duration,
+
+    /// The backlog beyond the latency target is to be cleared within this long: its replicas are
+    /// the backlog over what a replica clears at target in this time.
+    #[arg(long, env = "GATEWAY_DRAIN_HORIZON", default_value = "30s", value_parser = parse_duration)]
+    pub drain_horizon: Duration,
+
+    /// GPU utilization (percent, the worker's own SM share on a shared GPU) from which a worker
+    /// counts as saturated, whatever its queue: it then asks for at least itself at target.
+    #[arg(long, env = "GATEWAY_GPU_SATURATION", default_value_t = 90.0)]
+    pub gpu_saturation: f64,
+
+    /// Fallback only, until some worker of the pool reports its capacity (workers that predate
+    /// it, or with calibration off and no traffic yet): queued plus in-flight queries one replica
+    /// should carry.
     #[arg(long, env = "GATEWAY_TARGET_QUEUE", default_value_t = 32.0)]
     pub target_queue: f64,
 
-    /// GPU utilization (percent) one replica should run at (the signal's GPU target).
+    /// Fallback only, as `--target-queue`: GPU utilization (percent) one replica should run at.
     #[arg(long, env = "GATEWAY_TARGET_GPU", default_value_t = 70.0)]
     pub target_gpu: f64,
 

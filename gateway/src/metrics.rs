@@ -71,6 +71,7 @@ pub struct Metrics {
     pub worker_gpu: Family<WorkerLabels, FGauge>,
     pub worker_gpu_memory: Family<WorkerLabels, FGauge>,
     pub worker_pressure: Family<WorkerLabels, FGauge>,
+    pub worker_capacity: Family<WorkerLabels, FGauge>,
     pub worker_telemetry_age: Family<WorkerLabels, FGauge>,
     pub worker_stale: Family<WorkerLabels, Gauge>,
     pub worker_ready: Family<WorkerLabels, Gauge>,
@@ -78,6 +79,8 @@ pub struct Metrics {
     pub pool_signal_raw: Family<PoolLabels, FGauge>,
     pub pool_signal_component: Family<ComponentLabels, FGauge>,
     pub pool_stale: Family<PoolLabels, Gauge>,
+    pub pool_demand: Family<PoolLabels, FGauge>,
+    pub pool_capacity: Family<PoolLabels, FGauge>,
     pub pool_workers: Family<PoolLabels, Gauge>,
     pub pool_ready_workers: Family<PoolLabels, Gauge>,
     pub pool_backlog: Family<PoolLabels, Gauge>,
@@ -108,6 +111,7 @@ impl Default for Metrics {
             worker_gpu: Family::default(),
             worker_gpu_memory: Family::default(),
             worker_pressure: Family::default(),
+            worker_capacity: Family::default(),
             worker_telemetry_age: Family::default(),
             worker_stale: Family::default(),
             worker_ready: Family::default(),
@@ -115,6 +119,8 @@ impl Default for Metrics {
             pool_signal_raw: Family::default(),
             pool_signal_component: Family::default(),
             pool_stale: Family::default(),
+            pool_demand: Family::default(),
+            pool_capacity: Family::default(),
             pool_workers: Family::default(),
             pool_ready_workers: Family::default(),
             pool_backlog: Family::default(),
@@ -178,7 +184,16 @@ impl Metrics {
             "Device memory used / total that the worker reported (absent without a GPU reading)",
             self.worker_gpu_memory.clone(),
         );
-        r.register("worker_pressure", "Replica units this worker's load needs at target", self.worker_pressure.clone());
+        r.register(
+            "worker_pressure",
+            "Replica units this worker's load needs against --target-queue and --target-gpu (the fallback signal)",
+            self.worker_pressure.clone(),
+        );
+        r.register(
+            "worker_capacity_per_second",
+            "The worker's reported capacity: queries per second when saturated",
+            self.worker_capacity.clone(),
+        );
         r.register(
             "worker_telemetry_age_seconds",
             "Age of the worker's last /v1/stats snapshot",
@@ -198,6 +213,16 @@ impl Metrics {
             self.pool_signal_component.clone(),
         );
         r.register("pool_signal_stale", "1 when some worker's telemetry is stale", self.pool_stale.clone());
+        r.register(
+            "pool_demand_per_second",
+            "Queries offered to the pool per second (admitted or refused), over --demand-window",
+            self.pool_demand.clone(),
+        );
+        r.register(
+            "pool_capacity_per_second",
+            "One replica's capacity in queries per second (mean of the workers' reports, or the last known)",
+            self.pool_capacity.clone(),
+        );
         r.register("pool_workers", "Workers discovered in the pool", self.pool_workers.clone());
         r.register("pool_ready_workers", "Workers receiving traffic in the pool", self.pool_ready_workers.clone());
         r.register("pool_backlog", "Requests waiting at the gateway for a ready worker", self.pool_backlog.clone());
@@ -225,6 +250,7 @@ impl Metrics {
         self.worker_gpu.remove(l);
         self.worker_gpu_memory.remove(l);
         self.worker_pressure.remove(l);
+        self.worker_capacity.remove(l);
         self.worker_telemetry_age.remove(l);
         self.worker_stale.remove(l);
         self.worker_ready.remove(l);

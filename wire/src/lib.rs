@@ -135,6 +135,50 @@ pub struct WorkerStats {
     pub rates: RateStats,
     pub batches: BatchStats,
     pub gpu: GpuTelemetry,
+    /// What one replica of this worker serves: the divisor of the gateway's scaling signal.
+    /// `None` until the worker knows (calibrating), and from workers that predate it (added
+    /// within schema version 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityStats>,
+}
+
+/// One replica's capacity: the queries per second it serves when saturated, with the current
+/// mix of query lengths (`docs/signal.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CapacityStats {
+    /// Queries per second at saturation: the larger of the calibration's figure (scaled to the
+    /// recent tokens per query) and the figure observed from recent batches.
+    pub per_s: f64,
+    /// Which of the two `per_s` is.
+    pub source: CapacitySource,
+    /// Queries per second measured by the start-up calibration (full batches through the real
+    /// pipeline, before the worker turned ready), or set by `--capacity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated_per_s: Option<f64>,
+    /// Real tokens per query of the calibration's queries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated_tokens_per_query: Option<f64>,
+    /// Sessions x rows / backend time over the stats window: what the backend does while busy.
+    /// `None` while the window holds too few batches to tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_per_s: Option<f64>,
+    /// Real tokens per query over the stats window (`None` when no batch ran in it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_query: Option<f64>,
+    /// Backend sessions that run batches at the same time (the light lane's).
+    pub sessions: u64,
+}
+
+/// Where [`CapacityStats::per_s`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacitySource {
+    /// The start-up calibration, scaled to the recent tokens per query.
+    Calibration,
+    /// Recent batches (larger than the calibration's figure).
+    Observed,
+    /// The operator's `--capacity`.
+    Configured,
 }
 
 /// What the worker serves and where.

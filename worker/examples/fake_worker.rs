@@ -8,6 +8,13 @@
 //!
 //! Takes the worker's flags (ONNX Runtime's are ignored); prints `listening on http://ADDR`;
 //! stops on SIGTERM or SIGINT, draining like the worker.
+//!
+//! `--batch-base-time T --batch-row-time R` make every batch take `T + R x rows` (slept on the
+//! backend thread): a GPU-like worker of known capacity, `B / (T + R x B)` queries per second per
+//! session with batches of `B` rows, on any machine (the signal's calibration test and
+//! `benches/signal_calibration.sh` run several).
+
+use std::time::Duration;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -15,14 +22,27 @@ use worker::Config;
 use worker::backend::FakeBackend;
 use worker::model::ModelDir;
 
+#[derive(Debug, Parser)]
+struct Args {
+    #[command(flatten)]
+    worker: Config,
+    /// Time every batch takes, whatever its size (`20ms`).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    batch_base_time: Duration,
+    /// Time each query adds to its batch (`1ms`).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    batch_row_time: Duration,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let Args { worker: config, batch_base_time, batch_row_time } = Args::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,ort=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
-    let fake = FakeBackend::new(model.labels.len());
+    let fake = FakeBackend::new(model.labels.len()).with_cost(batch_base_time, batch_row_time);
     let worker = worker::build(&config, model, move |_| Ok(fake.clone())).await?;
+    worker.calibrate(&config).await;
     // The worker's own deep accept queue (`listener::bind`), not tokio's 1024: a burst of ~900
     // connects overflowed that one, and the overflow waited a second for the SYN's retransmit.
     let listener = listener::bind(config.listen)?;

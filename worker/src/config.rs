@@ -164,6 +164,19 @@ pub struct Config {
     #[arg(long, env = "WORKER_GPU_SAMPLE_INTERVAL", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub gpu_sample_interval: Duration,
 
+    /// Least time of the start-up calibration, which measures this worker's capacity (queries
+    /// per second when saturated, the divisor of the gateway's scaling signal) with synthetic
+    /// queries through its own pipeline before it listens; it runs until every session has run
+    /// several full batches too, and at most ten times this. `0s`: no calibration (the capacity
+    /// is then what busy batches show, once traffic comes). See `docs/signal.md`.
+    #[arg(long, env = "WORKER_CALIBRATION_TIME", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub calibration_time: Duration,
+
+    /// This worker's capacity in queries per second, instead of calibrating: for a capacity
+    /// measured elsewhere (a load test at the latency target). Reported as is.
+    #[arg(long, env = "WORKER_CAPACITY")]
+    pub capacity: Option<f64>,
+
     /// Window of the rates in `/v1/stats`, in whole seconds (at least 1s).
     #[arg(long, env = "WORKER_STATS_WINDOW", default_value = "10s", value_parser = humantime::parse_duration)]
     pub stats_window: Duration,

@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod batching;
+pub mod capacity;
 pub mod config;
 pub mod core;
 pub mod http;
@@ -150,7 +151,11 @@ where
         metrics,
         registry: Arc::new(registry),
         gpu,
+        calibrated: std::sync::OnceLock::new(),
     });
+    if let Some(per_s) = config.capacity.filter(|c| *c > 0.0) {
+        let _ = state.calibrated.set(capacity::Calibrated { per_s, tokens_per_query: None, configured: true });
+    }
     let mut listener = config.listener.config();
     listener.drain_timeout = config.drain_timeout.max(MIN_ANSWER_TIME);
     listener.retry_after_s = http::RETRY_AFTER_S;
@@ -160,6 +165,38 @@ where
 impl Worker {
     pub fn state(&self) -> AppState {
         self.state.clone()
+    }
+
+    /// Measures this worker's capacity with synthetic load through its own pipeline (see
+    /// [`capacity`]), before it serves, and forgets that load's counts. Nothing to do when
+    /// `--capacity` set it or `--calibration-time` is 0. A failed calibration is logged and
+    /// leaves the capacity to what batches show once traffic comes.
+    pub async fn calibrate(&self, config: &Config) {
+        if self.state.calibrated.get().is_some() || config.calibration_time.is_zero() {
+            return;
+        }
+        let core = &self.state.core;
+        let plan = capacity::Plan::new(
+            core.light_sessions(),
+            config.max_batch_rows().max(1),
+            core.queue_stats().capacity,
+            config.calibration_time,
+        );
+        match capacity::calibrate(core, plan).await {
+            Ok(c) => {
+                tracing::info!(
+                    capacity_per_s = c.result.per_s,
+                    tokens_per_query = c.result.tokens_per_query,
+                    queries = c.measured_queries,
+                    seconds = c.measured.as_secs_f64(),
+                    in_flight = c.in_flight,
+                    "calibrated"
+                );
+                let _ = self.state.calibrated.set(c.result);
+            }
+            Err(e) => tracing::warn!(error = %e, "calibration failed; capacity from traffic only"),
+        }
+        self.state.stats.forget();
     }
 
     /// The router, for `oneshot` in tests or a server of one's own (`serve` serves
@@ -221,6 +258,7 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
         }
     })
     .await?;
+    worker.calibrate(&config).await;
 
     let listener = listener::bind(config.listen).map_err(|e| StartupError::Listen(config.listen, e))?;
     let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;

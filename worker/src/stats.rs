@@ -15,6 +15,8 @@ struct Bucket {
     second: u64,
     batches: u64,
     rows: u64,
+    /// Real tokens of the rows (padding excluded).
+    tokens: u64,
     padded_len_sum: u64,
     inference: Duration,
     queue_wait: Duration,
@@ -44,6 +46,15 @@ impl Counts {
 
     fn total(&self) -> u64 {
         self.shards.iter().map(|r| r.total.load(Ordering::Relaxed)).sum()
+    }
+
+    fn forget(&self) {
+        for ring in &self.shards {
+            ring.total.store(0, Ordering::Relaxed);
+            for slot in &ring.slots {
+                slot.store(u64::MAX, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -90,6 +101,28 @@ impl Ring {
     }
 }
 
+/// One batch's figures, for [`Stats::batch`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchFigures {
+    pub rows: u64,
+    /// Real tokens of the rows (padding excluded).
+    pub tokens: u64,
+    pub padded_len: u64,
+    pub inference: Duration,
+    /// The rows' waits from admission to the batch's start, added up.
+    pub queue_wait: Duration,
+}
+
+/// The batches of the stats window, added up (see [`Stats::backend_window`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BackendWindow {
+    pub batches: u64,
+    pub rows: u64,
+    pub tokens: u64,
+    /// Backend time, added over the batches (sessions running at once add up).
+    pub busy: Duration,
+}
+
 #[derive(Debug)]
 pub struct Stats {
     started: Instant,
@@ -133,8 +166,10 @@ impl Stats {
         self.rejected.add(self.second(now), n);
     }
 
-    /// A batch of `rows` padded to `padded_len` ran for `inference`; its rows waited `queue_wait` in all.
-    pub fn batch(&self, now: Instant, rows: u64, padded_len: u64, inference: Duration, queue_wait: Duration) {
+    /// A batch of `rows` holding `tokens` real tokens, padded to `padded_len`, ran for
+    /// `inference`; its rows waited `queue_wait` in all.
+    pub fn batch(&self, now: Instant, b: BatchFigures) {
+        let BatchFigures { rows, tokens, padded_len, inference, queue_wait } = b;
         let second = self.second(now);
         let mut guard = self.batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (buckets, total) = &mut *guard;
@@ -147,11 +182,46 @@ impl Stats {
         let b = buckets.back_mut().expect("just pushed");
         b.batches += 1;
         b.rows += rows;
+        b.tokens += tokens;
         b.padded_len_sum += padded_len;
         b.inference += inference;
         b.queue_wait += queue_wait;
         b.waits += rows;
         *total += 1;
+    }
+
+    /// Forgets every count and batch so far (after the start-up calibration, so that its
+    /// synthetic load is not reported as traffic). Only while nothing else counts: before the
+    /// worker serves.
+    pub fn forget(&self) {
+        for counts in [&self.admitted, &self.completed, &self.rejected] {
+            counts.forget();
+        }
+        let mut guard = self.batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *guard = (VecDeque::new(), 0);
+    }
+
+    /// The batch figures of the window ending at second `current`, and the count ever run.
+    fn window_batches(&self, current: u64) -> (Bucket, u64) {
+        let guard = self.batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (buckets, total_batches) = &*guard;
+        let mut sum = Bucket::default();
+        for b in buckets.iter().filter(|b| b.second + self.window_s > current) {
+            sum.batches += b.batches;
+            sum.rows += b.rows;
+            sum.tokens += b.tokens;
+            sum.padded_len_sum += b.padded_len_sum;
+            sum.inference += b.inference;
+            sum.queue_wait += b.queue_wait;
+            sum.waits += b.waits;
+        }
+        (sum, *total_batches)
+    }
+
+    /// What the window's batches say of the backend's speed: rows, real tokens and backend time.
+    pub fn backend_window(&self, now: Instant) -> BackendWindow {
+        let (sum, _) = self.window_batches(self.uptime(now).as_secs());
+        BackendWindow { batches: sum.batches, rows: sum.rows, tokens: sum.tokens, busy: sum.inference }
     }
 
     /// Rates and batch figures over the last `window` seconds (or the uptime, if shorter).
@@ -161,19 +231,7 @@ impl Stats {
         // The window ends now and starts `window_s` seconds back; the oldest second may be partial.
         let first = (current + 1).saturating_sub(self.window_s);
         let span = uptime.min(Duration::from_secs(self.window_s)).as_secs_f64().max(1e-3);
-        let guard = self.batches.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (buckets, total_batches) = &*guard;
-        let mut sum = Bucket::default();
-        for b in buckets.iter().filter(|b| b.second + self.window_s > current) {
-            sum.batches += b.batches;
-            sum.rows += b.rows;
-            sum.padded_len_sum += b.padded_len_sum;
-            sum.inference += b.inference;
-            sum.queue_wait += b.queue_wait;
-            sum.waits += b.waits;
-        }
-        let total_batches = *total_batches;
-        drop(guard);
+        let (sum, total_batches) = self.window_batches(current);
         let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
         let rates = RateStats {
             window_s: span,
@@ -282,8 +340,15 @@ mod tests {
         let t0 = Instant::now();
         let stats = Stats::starting_at(t0, Duration::from_secs(10));
         let ms = Duration::from_millis;
-        stats.batch(t0, 4, 10, ms(500), ms(40));
-        stats.batch(t0 + Duration::from_secs(1), 8, 20, ms(1500), ms(80));
+        let b = |rows, padded_len, inference, queue_wait| BatchFigures {
+            rows,
+            tokens: rows * 3,
+            padded_len,
+            inference,
+            queue_wait,
+        };
+        stats.batch(t0, b(4, 10, ms(500), ms(40)));
+        stats.batch(t0 + Duration::from_secs(1), b(8, 20, ms(1500), ms(80)));
         let (_, b) = stats.snapshot(t0 + Duration::from_secs(4));
         assert_eq!(b.count, 2);
         assert!((b.mean_rows - 6.0).abs() < 1e-9);
@@ -291,5 +356,8 @@ mod tests {
         assert!((b.mean_inference_ms - 1000.0).abs() < 1e-6);
         assert!((b.mean_queue_wait_ms - 10.0).abs() < 1e-6);
         assert!((b.busy_fraction - 0.5).abs() < 1e-9);
+        let w = stats.backend_window(t0 + Duration::from_secs(4));
+        assert_eq!(w, BackendWindow { batches: 2, rows: 12, tokens: 36, busy: ms(2000) });
+        assert_eq!(stats.backend_window(t0 + Duration::from_secs(60)), BackendWindow::default());
     }
 }

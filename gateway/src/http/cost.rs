@@ -63,9 +63,32 @@ fn from_body(cfg: &Config, body: &[u8]) -> u64 {
     }
 }
 
+/// The queries of a request with this body (1 for an empty body: a `GET` of one `query`): what
+/// the signal counts as offered demand. Only a body that names `queries` is parsed; one that is
+/// not a valid request counts as one query (the worker refuses it at once).
+pub(crate) fn query_count(body: &[u8]) -> u64 {
+    #[derive(serde::Deserialize)]
+    struct Many {
+        queries: Vec<serde::de::IgnoredAny>,
+    }
+    if body.len() < 10 || !body.windows(9).any(|w| w == b"\"queries\"") {
+        return 1;
+    }
+    serde_json::from_slice::<Many>(body).map_or(1, |m| (m.queries.len() as u64).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queries_are_counted_from_the_body() {
+        assert_eq!(query_count(b""), 1);
+        assert_eq!(query_count(br#"{"query":"play jazz"}"#), 1);
+        assert_eq!(query_count(br#"{"queries":["a","b","c"],"all_scores":true}"#), 3);
+        assert_eq!(query_count(br#"{"queries":[]}"#), 1);
+        assert_eq!(query_count(br#"{"queries": "#), 1, "not a request: one query");
+    }
 
     #[test]
     fn light_and_heavy_requests() {

@@ -83,8 +83,13 @@ where
         e
     };
     let inc = incoming(state, req, &headers[..n], &span).await.map_err(early)?;
+    let found = state.pools.get(pool);
+    // Demand is counted before admission: what is refused was asked for all the same.
+    if let Some(p) = &found {
+        p.offer(super::cost::query_count(&inc.body));
+    }
     let _admitted = state.admission.admit(inc.cost)?;
-    let Some(pool) = state.pools.get(pool) else {
+    let Some(pool) = found else {
         return Err(early(RequestError::UnknownPool(pool.to_owned())));
     };
     routing::forward(&pool, &inc).await.map(response)

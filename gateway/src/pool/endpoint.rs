@@ -81,6 +81,9 @@ pub(crate) struct Snapshot {
     pub(crate) gpu_pct: Option<f64>,
     /// Device memory used / total, when the worker has a GPU reading.
     pub(crate) gpu_memory_used_ratio: Option<f64>,
+    /// The worker's capacity (queries per second when saturated) and the queries its full
+    /// batches hold, when it reports them.
+    pub(crate) capacity: Option<(f64, u64)>,
 }
 
 impl Snapshot {
@@ -418,6 +421,7 @@ impl Endpoint {
             outstanding_at_snapshot: self.outstanding(),
             gpu_pct: stats.gpu_utilization_pct(),
             gpu_memory_used_ratio: stats.gpu_memory_used_ratio(),
+            capacity: stats.capacity(),
         };
         if let Ok(mut s) = self.snapshot.lock() {
             *s = Some(snap);

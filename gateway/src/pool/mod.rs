@@ -82,6 +82,8 @@ pub struct Pool {
     monitors: Mutex<HashMap<String, AbortOnDrop>>,
     ready_notify: Arc<Notify>,
     backlog: AtomicU64,
+    /// Queries offered to the pool since start, admitted or refused: the signal's demand.
+    offered: listener::shard::Counter,
     signal: watch::Sender<PoolSignal>,
 }
 
@@ -115,6 +117,7 @@ impl Pool {
             monitors: Mutex::new(HashMap::new()),
             ready_notify: Arc::new(Notify::new()),
             backlog: AtomicU64::new(0),
+            offered: listener::shard::Counter::default(),
             signal,
         })
     }
@@ -150,6 +153,17 @@ impl Pool {
     }
 
     /// Requests waiting at the gateway for a ready worker.
+    /// A client request of `queries` queries arrived for this pool (counted before admission:
+    /// refused ones are demand too).
+    pub fn offer(&self, queries: u64) {
+        self.offered.inc_by(queries);
+    }
+
+    /// Queries offered since start.
+    pub fn offered(&self) -> u64 {
+        self.offered.get()
+    }
+
     pub fn backlog(&self) -> u64 {
         self.backlog.load(Ordering::Acquire)
     }

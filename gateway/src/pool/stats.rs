@@ -18,12 +18,27 @@ pub(crate) struct StatsView {
     pub(crate) draining: bool,
     pub(crate) queue: QueueView,
     pub(crate) gpu: GpuView,
+    /// The worker's capacity, where it reports one (an additive field of schema version 1).
+    #[serde(default)]
+    pub(crate) capacity: Option<CapacityView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub(crate) struct CapacityView {
+    /// Queries per second when saturated.
+    pub(crate) per_s: f64,
+    /// Backend sessions running batches side by side.
+    #[serde(default)]
+    pub(crate) sessions: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub(crate) struct QueueView {
     pub(crate) queued: u64,
     pub(crate) in_flight: u64,
+    /// Most rows in one batch.
+    #[serde(default)]
+    pub(crate) max_batch_rows: Option<u64>,
     /// Tokens of the queued queries, where the worker reports them (an additive field).
     #[serde(default)]
     pub(crate) queued_tokens: Option<u64>,
@@ -85,6 +100,14 @@ impl StatsView {
             (None, None) => None,
             (q, f) => Some(q.unwrap_or(0) + f.unwrap_or(0)),
         }
+    }
+
+    /// The worker's capacity in queries per second and the queries its full batches hold (rows
+    /// per batch times sessions), when it reports a usable capacity.
+    pub(crate) fn capacity(&self) -> Option<(f64, u64)> {
+        let c = self.capacity.as_ref().filter(|c| c.per_s.is_finite() && c.per_s > 0.0)?;
+        let full = self.queue.max_batch_rows.unwrap_or(1).max(1) * c.sessions.unwrap_or(1).max(1);
+        Some((c.per_s, full))
     }
 
     /// The GPU utilization the scaling signal uses, in percent (see the module documentation).
@@ -156,6 +179,15 @@ mod tests {
                 total: 0,
             },
             gpu,
+            capacity: Some(wire::CapacityStats {
+                per_s: 1500.0,
+                source: wire::CapacitySource::Calibration,
+                calibrated_per_s: Some(1500.0),
+                calibrated_tokens_per_query: Some(12.0),
+                observed_per_s: None,
+                tokens_per_query: None,
+                sessions: 2,
+            }),
         };
         serde_json::to_value(stats).unwrap()
     }
@@ -184,6 +216,16 @@ mod tests {
 
     fn view(v: &serde_json::Value) -> StatsView {
         StatsView::parse(v.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn reads_the_capacity_and_the_queries_of_full_batches() {
+        let mut doc = full(gpu(false, None));
+        assert_eq!(view(&doc).capacity(), Some((1500.0, 64)), "32 rows x 2 sessions");
+        doc.as_object_mut().unwrap().remove("capacity");
+        assert_eq!(view(&doc).capacity(), None, "a worker that predates it");
+        doc["capacity"] = serde_json::json!({"per_s": 0.0, "source": "observed", "sessions": 1});
+        assert_eq!(view(&doc).capacity(), None, "no zero in place of a figure");
     }
 
     #[test]

@@ -2,6 +2,11 @@
 //! target. Pure functions and a smoother with no I/O; the task that feeds them lives in
 //! [`task`].
 //!
+//! The signal is the calibrated one of [`model`] (offered demand over what a replica serves at
+//! the target utilization) whenever the pool's capacity is known; `docs/signal.md` says how.
+//! Until some worker has reported a capacity, it is the queue-and-GPU pressure below, against
+//! `--target-queue` and `--target-gpu` (the fallback, also what `worker_pressure` shows):
+//!
 //! ```text
 //! queue_i    = outstanding_i + max(0, reported_queued_i + reported_in_flight_i - outstanding_at_snapshot_i)
 //! pressure_i = max(queue_i / target_queue, gpu_i / target_gpu)     (gpu term left out when unavailable)
@@ -13,8 +18,10 @@
 //! over target_queue; one whole replica if it never reported) and counts as blind: the signal
 //! never falls below the number of blind workers, so losing sight of workers never scales down.
 
+pub mod model;
 pub(crate) mod task;
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -88,14 +95,22 @@ pub fn worker_pressure(v: &WorkerView, t: Targets) -> WorkerPressure {
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct RawSignal {
     pub raw: f64,
-    /// Sum of the fresh workers' queue terms.
+    /// Calibrated: the workers' backlog beyond what they clear within the latency target, in
+    /// replicas. Fallback: the sum of the fresh workers' queue terms.
     pub queue: f64,
-    /// Sum of the fresh workers' GPU terms.
+    /// Calibrated: `sum gpu / 100 / u` (the GPUs' own view; a floor only where saturated).
+    /// Fallback: the sum of the fresh workers' GPU terms.
     pub gpu: f64,
-    /// Sum of the held pressures of stale workers.
+    /// Sum of the held pressures of stale workers (fallback only).
     pub held: f64,
-    /// `backlog / target_queue`.
+    /// The requests waiting at the gateway for a worker, in replicas.
     pub backlog: f64,
+    /// Calibrated: `lambda / (C x u)`, the offered demand in replicas (0 in the fallback).
+    #[serde(default)]
+    pub demand: f64,
+    /// Calibrated: what saturated workers ask for at least (0 in the fallback).
+    #[serde(default)]
+    pub saturation: f64,
     pub workers: usize,
     /// Workers with stale telemetry: the floor of the signal.
     pub blind: usize,
@@ -118,6 +133,33 @@ pub fn pool_raw(workers: &[WorkerPressure], backlog: u64, t: Targets) -> RawSign
     }
     s.raw += s.backlog;
     s
+}
+
+/// The offered rate of a pool: a running total of queries (admitted or refused) read every
+/// signal step, and its rate over the last `window`.
+#[derive(Debug, Clone)]
+pub struct DemandMeter {
+    window: Duration,
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl DemandMeter {
+    pub fn new(window: Duration) -> Self {
+        Self { window: window.max(Duration::from_millis(1)), samples: VecDeque::new() }
+    }
+
+    /// Feed the running total at `now`; returns queries per second over the window (over what
+    /// has been seen, while younger than the window; 0 from a single reading).
+    pub fn update(&mut self, total: u64, now: Instant) -> f64 {
+        self.samples.push_back((now, total));
+        // Keep the newest reading at or before the window's start, to span the whole window.
+        while self.samples.len() > 2 && self.samples[1].0 + self.window <= now {
+            self.samples.pop_front();
+        }
+        let (at, from) = self.samples[0];
+        let span = now.saturating_duration_since(at).as_secs_f64();
+        if span <= 0.0 { 0.0 } else { total.saturating_sub(from) as f64 / span }
+    }
 }
 
 /// Exponential smoothing with separate rise and fall time constants.
@@ -165,9 +207,29 @@ pub struct PoolSignal {
     /// Highest device memory used / total among the workers with a fresh GPU reading; `None`
     /// when no worker has one (CPU workers, no driver): never a zero in place of a reading.
     pub gpu_memory_used_ratio: Option<f64>,
+    /// `capacity` (the calibrated signal) or `queue` (the fallback: no capacity known yet).
+    pub mode: SignalMode,
+    /// Queries per second offered to the pool (admitted or refused) over `--demand-window`.
+    pub demand_per_s: f64,
+    /// One replica's capacity `C`, queries per second: the mean of the fresh workers' reports,
+    /// or the last known; `None` before any.
+    pub capacity_per_s: Option<f64>,
+    /// The target utilization `u`.
+    pub target_utilization: f64,
     pub targets_queue: f64,
     pub targets_gpu_pct: f64,
     pub updated_unix_ms: u64,
+}
+
+/// How a pool's signal was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalMode {
+    /// Offered demand over capacity ([`model`]).
+    Capacity,
+    /// Queue and GPU over their targets: no capacity known yet.
+    #[default]
+    Queue,
 }
 
 /// The pool signal from the smoothed raw value and the blind floor.
@@ -279,6 +341,32 @@ mod tests {
             v = s.update(1.0, Instant::now());
         }
         assert!(v < 1.1, "{v}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn demand_is_the_rate_over_the_window() {
+        let mut m = DemandMeter::new(Duration::from_secs(5));
+        let t0 = Instant::now();
+        assert_eq!(m.update(0, t0), 0.0);
+        // 100 queries a second for 10 s, read every 250 ms.
+        let mut rate = 0.0;
+        for i in 1..=40u64 {
+            tokio::time::advance(Duration::from_millis(250)).await;
+            rate = m.update(i * 25, Instant::now());
+        }
+        assert!((rate - 100.0).abs() < 1e-9, "{rate}");
+        // A step to 400/s: after one window the meter reads it whole.
+        let mut total = 1000;
+        for i in 1..=20u64 {
+            tokio::time::advance(Duration::from_millis(250)).await;
+            total += 100;
+            rate = m.update(total, Instant::now());
+            if i == 4 {
+                assert!(rate > 100.0 && rate < 400.0, "partway: {rate}");
+            }
+        }
+        assert!((rate - 400.0).abs() < 1e-9, "{rate}");
+        assert!(m.samples.len() <= 22, "old readings are dropped: {}", m.samples.len());
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,7 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::{FreshTelemetry, PoolSignal, Smoother, Targets, WorkerPressure, WorkerView};
+use super::model::{self, Model, WorkerLoad};
+use super::{
+    DemandMeter, FreshTelemetry, PoolSignal, RawSignal, SignalMode, Smoother, Targets, WorkerPressure, WorkerView,
+};
 use crate::ctx::Ctx;
 use crate::metrics::{ComponentLabels, Metrics, PoolLabels, WorkerLabels};
 use crate::pool::{Pool, Pools};
@@ -18,7 +21,7 @@ use crate::pool::{Pool, Pools};
 pub(crate) fn spawn(pools: Weak<Pools>, ctx: Arc<Ctx>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let cfg = &ctx.config;
-        let mut smoothers: HashMap<String, Smoother> = HashMap::new();
+        let mut states: HashMap<String, PoolState> = HashMap::new();
         let mut tick = tokio::time::interval(cfg.signal_interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -26,23 +29,41 @@ pub(crate) fn spawn(pools: Weak<Pools>, ctx: Arc<Ctx>) -> JoinHandle<()> {
             let Some(pools) = pools.upgrade() else { return };
             let now = Instant::now();
             for pool in pools.all() {
-                let smoother = smoothers
-                    .entry(pool.name.clone())
-                    .or_insert_with(|| Smoother::new(cfg.signal_rise, cfg.signal_fall));
-                let s = compute(&pool, &ctx, smoother, now);
+                let state = states.entry(pool.name.clone()).or_insert_with(|| PoolState {
+                    smoother: Smoother::new(cfg.signal_rise, cfg.signal_fall),
+                    demand: DemandMeter::new(cfg.demand_window),
+                    capacity: None,
+                });
+                let s = compute(&pool, &ctx, state, now);
                 pool.publish_signal(s);
             }
         }
     })
 }
 
+/// What the task keeps per pool between steps.
+struct PoolState {
+    smoother: Smoother,
+    demand: DemandMeter,
+    /// The last capacity the pool's fresh workers reported: held while none reports one.
+    capacity: Option<f64>,
+}
+
 /// One step of a pool's signal: read every worker, update held pressures and gauges.
-fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> PoolSignal {
+fn compute(pool: &Pool, ctx: &Ctx, state: &mut PoolState, now: Instant) -> PoolSignal {
     let cfg = &ctx.config;
     let m = &ctx.metrics;
     let targets = Targets { queue: cfg.target_queue, gpu_pct: cfg.target_gpu };
+    let the_model = Model {
+        utilization: cfg.target_utilization,
+        latency_s: cfg.latency_target.as_secs_f64(),
+        drain_horizon_s: cfg.drain_horizon.as_secs_f64(),
+        gpu_saturation_pct: cfg.gpu_saturation,
+    };
+    let demand_per_s = state.demand.update(pool.offered(), now);
     let endpoints = pool.endpoints();
     let mut pressures = Vec::with_capacity(endpoints.len());
+    let mut loads = Vec::with_capacity(endpoints.len());
     let mut ready = 0;
     let mut gpu_memory: Option<f64> = None;
     for ep in endpoints.iter() {
@@ -51,6 +72,21 @@ fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> Poo
         let age = snap.as_ref().map(|s| now.saturating_duration_since(s.at));
         let fresh_snap = snap.filter(|_| age.is_some_and(|a| a <= cfg.stale_after));
         let memory = fresh_snap.as_ref().and_then(|s| s.gpu_memory_used_ratio);
+        if let Some(s) = fresh_snap.as_ref() {
+            loads.push(WorkerLoad {
+                queue: (outstanding + s.foreign_queue()) as f64,
+                gpu_pct: s.gpu_pct,
+                capacity: s.capacity,
+            });
+            match s.capacity {
+                Some((c, _)) => {
+                    m.worker_capacity.get_or_create(&ep.labels).set(c);
+                }
+                None => {
+                    m.worker_capacity.remove(&ep.labels);
+                }
+            }
+        }
         if let Some(r) = memory {
             gpu_memory = Some(gpu_memory.map_or(r, |m: f64| m.max(r)));
         }
@@ -65,8 +101,30 @@ fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> Poo
         ep.with_series(m, |m| worker_gauges(m, &ep.labels, outstanding, fresh, memory, p, age));
         pressures.push(p);
     }
-    let raw = super::pool_raw(&pressures, pool.backlog(), targets);
-    let smoothed = smoother.update(raw.raw, now);
+    let fallback = super::pool_raw(&pressures, pool.backlog(), targets);
+    if let Some(c) = model::pool_capacity(&loads) {
+        state.capacity = Some(c);
+    }
+    let (raw, mode) = match state.capacity {
+        Some(c) => {
+            let cal = model::calibrated(demand_per_s, c, &loads, 0, the_model);
+            // The gateway's own backlog, in the same units as the workers'.
+            let waiting = pool.backlog() as f64 / (c * the_model.utilization * the_model.drain_horizon_s.max(1e-3));
+            let raw = RawSignal {
+                raw: cal.raw + waiting,
+                queue: cal.backlog,
+                gpu: cal.gpu,
+                held: 0.0,
+                backlog: waiting,
+                demand: cal.demand,
+                saturation: cal.saturation,
+                ..fallback
+            };
+            (raw, SignalMode::Capacity)
+        }
+        None => (fallback, SignalMode::Queue),
+    };
+    let smoothed = state.smoother.update(raw.raw, now);
     let (value, stale) = super::finish(smoothed, &raw);
 
     let pl = PoolLabels { pool: pool.name.clone() };
@@ -76,6 +134,15 @@ fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> Poo
     m.pool_workers.get_or_create(&pl).set(raw.workers as i64);
     m.pool_ready_workers.get_or_create(&pl).set(ready as i64);
     m.pool_backlog.get_or_create(&pl).set(pool.backlog() as i64);
+    m.pool_demand.get_or_create(&pl).set(demand_per_s);
+    match state.capacity {
+        Some(c) => {
+            m.pool_capacity.get_or_create(&pl).set(c);
+        }
+        None => {
+            m.pool_capacity.remove(&pl);
+        }
+    }
     match gpu_memory {
         Some(r) => {
             m.pool_gpu_memory.get_or_create(&pl).set(r);
@@ -89,6 +156,8 @@ fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> Poo
         ("gpu", raw.gpu),
         ("held", raw.held),
         ("backlog", raw.backlog),
+        ("demand", raw.demand),
+        ("saturation", raw.saturation),
         ("blind_floor", raw.blind as f64),
         ("gpu_missing_workers", raw.gpu_missing as f64),
     ] {
@@ -104,6 +173,10 @@ fn compute(pool: &Pool, ctx: &Ctx, smoother: &mut Smoother, now: Instant) -> Poo
         components: raw,
         ready_workers: ready,
         gpu_memory_used_ratio: gpu_memory,
+        mode,
+        demand_per_s,
+        capacity_per_s: state.capacity,
+        target_utilization: the_model.utilization,
         targets_queue: targets.queue,
         targets_gpu_pct: targets.gpu_pct,
         updated_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),

@@ -19,6 +19,8 @@ const CHOSEN_LOGIT: f32 = 4.0;
 pub struct FakeBackend {
     num_labels: usize,
     delay: Duration,
+    /// Time each row holding a query adds to a batch (a GPU-like cost: `delay + per_row x rows`).
+    per_row: Duration,
     shared: Arc<Shared>,
 }
 
@@ -48,13 +50,23 @@ struct GateState {
 impl FakeBackend {
     pub fn new(num_labels: usize) -> Self {
         assert!(num_labels > 0, "at least one label");
-        Self { num_labels, delay: Duration::ZERO, shared: Arc::default() }
+        Self { num_labels, delay: Duration::ZERO, per_row: Duration::ZERO, shared: Arc::default() }
     }
 
     /// Every batch takes `delay` (on the backend's thread, like real inference).
     #[must_use]
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// Every batch takes `base + per_row x rows` (rows holding a query): a backend of known
+    /// capacity, `max_rows / (base + per_row x max_rows)` queries per second per session when its
+    /// batches are full, and launch-bound like a GPU when they are small.
+    #[must_use]
+    pub fn with_cost(mut self, base: Duration, per_row: Duration) -> Self {
+        self.delay = base;
+        self.per_row = per_row;
         self
     }
 
@@ -104,13 +116,15 @@ impl Backend for FakeBackend {
         state.waiting -= 1;
         let failing = state.failing;
         drop(state);
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
+        let seq = batch.seq_len;
+        let busy_rows = (0..batch.rows).filter(|r| batch.attention_mask[r * seq..(r + 1) * seq].contains(&1)).count();
+        let cost = self.delay + self.per_row * u32::try_from(busy_rows).unwrap_or(u32::MAX);
+        if !cost.is_zero() {
+            std::thread::sleep(cost);
         }
         if failing {
             return Err(BackendError::Inference("the fake backend was told to fail".into()));
         }
-        let seq = batch.seq_len;
         let mut rows = 0;
         let logits = (0..batch.rows)
             .map(|r| {
@@ -142,6 +156,19 @@ mod tests {
         assert_eq!(out[0][FakeBackend::class_of(&a, 7)], CHOSEN_LOGIT);
         assert_eq!(out[1][FakeBackend::class_of(&c, 7)], CHOSEN_LOGIT);
         assert_eq!(b.batches(), [RunBatch { rows: 2, seq_len: 3 }]);
+    }
+
+    #[test]
+    fn a_batch_costs_its_base_and_its_busy_rows() {
+        let ms = Duration::from_millis;
+        let mut b = FakeBackend::new(3).with_cost(ms(20), ms(10));
+        let (a, t) = ([101i64, 7, 102], [0i64, 0, 0]);
+        let rows = [(&a[..], &t[..]), (&a[..], &t[..])];
+        let started = std::time::Instant::now();
+        b.infer(&InputBatch::pad_to(rows, |_, s| (4, s))).unwrap();
+        let took = started.elapsed();
+        // Two busy rows (the two padding rows cost nothing): 20 + 2 x 10 ms.
+        assert!(took >= ms(40) && took < ms(40) * 10, "{took:?}");
     }
 
     #[test]

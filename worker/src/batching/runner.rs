@@ -17,6 +17,8 @@ use crate::backend::{Backend, InputBatch};
 pub struct BatchReport {
     /// Queries answered (cancelled ones excluded).
     pub rows: usize,
+    /// Their real tokens (padding excluded).
+    pub tokens: usize,
     /// Padded sequence length the backend ran.
     pub padded_len: usize,
     /// Backend time, padding included.
@@ -122,7 +124,7 @@ fn run_batch<B: Backend>(backend: &mut B, batch: Arc<Handed<Entry>>, load: &Back
     let span = tracing::debug_span!("batch", rows = n, padded_len = input.seq_len);
     let result = span.in_scope(|| backend.infer(&input));
     let elapsed = started.elapsed();
-    obs.ran(&BatchReport { rows: n, padded_len: input.seq_len, elapsed, total_wait });
+    obs.ran(&BatchReport { rows: n, tokens, padded_len: input.seq_len, elapsed, total_wait });
     // The rows still waiting: the queue task may have timed some out meanwhile.
     let live = std::mem::take(&mut *batch.rows());
     match result {

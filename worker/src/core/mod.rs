@@ -83,6 +83,8 @@ pub struct Core {
     lanes: [mpsc::Sender<Entry>; 2],
     limits: RequestLimits,
     batch_limits: Limits,
+    /// Backend sessions per lane, by [`Class`].
+    sessions: [usize; 2],
     stats: Arc<Stats>,
     metrics: Arc<Metrics>,
     draining: AtomicBool,
@@ -120,6 +122,7 @@ impl Core {
             lanes: [light, heavy],
             limits,
             batch_limits,
+            sessions,
             stats,
             metrics,
             draining: AtomicBool::new(false),
@@ -136,6 +139,16 @@ impl Core {
 
     pub fn labels(&self) -> &[String] {
         &self.labels
+    }
+
+    /// Real tokens of `q` as this core tokenizes it (0 when it cannot).
+    pub fn count_tokens(&self, q: &str) -> usize {
+        encode(&self.encoder, q).map_or(0, |t| t.ids().len())
+    }
+
+    /// Backend sessions of the light lane (those that run batches side by side).
+    pub fn light_sessions(&self) -> usize {
+        self.sessions[Class::Light as usize]
     }
 
     /// Readiness turns false and new work is refused; accepted work goes on.

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::admission::{Admission, Class};
 use crate::batching::runner::{BatchReport, Observer};
 use crate::metrics::Metrics;
-use crate::stats::Stats;
+use crate::stats::{BatchFigures, Stats};
 
 #[derive(Debug)]
 pub(super) struct Telemetry {
@@ -37,7 +37,14 @@ impl Observer for Telemetry {
         self.metrics.inference.observe(r.elapsed.as_secs_f64());
         self.metrics.batch_rows.observe(r.rows as f64);
         self.metrics.batch_padded_len.observe(r.padded_len as f64);
-        self.stats.batch(Instant::now(), r.rows as u64, r.padded_len as u64, r.elapsed, r.total_wait);
+        let figures = BatchFigures {
+            rows: r.rows as u64,
+            tokens: r.tokens as u64,
+            padded_len: r.padded_len as u64,
+            inference: r.elapsed,
+            queue_wait: r.total_wait,
+        };
+        self.stats.batch(Instant::now(), figures);
     }
 
     fn done(&self, rows: usize, tokens: usize) {

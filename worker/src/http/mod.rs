@@ -51,6 +51,8 @@ pub struct Inner {
     pub metrics: Arc<Metrics>,
     pub registry: Arc<Registry>,
     pub gpu: watch::Receiver<GpuTelemetry>,
+    /// The capacity known before traffic (`--capacity`, or the start-up calibration).
+    pub calibrated: OnceLock<crate::capacity::Calibrated>,
 }
 
 impl std::ops::Deref for AppState {

@@ -55,5 +55,10 @@ pub async fn stats(State(state): State<AppState>) -> Json<WorkerStats> {
         rates,
         batches,
         gpu: with_age(state.gpu.borrow().clone()),
+        capacity: crate::capacity::estimate(
+            state.calibrated.get().copied(),
+            state.stats.backend_window(now),
+            state.core.light_sessions(),
+        ),
     })
 }
