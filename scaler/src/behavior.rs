@@ -192,7 +192,7 @@ fn validate(r: RulesSpec, at: &str) -> anyhow::Result<Rules> {
         None => None,
         Some(q) => {
             let t = q.approximate_f64().with_context(|| format!("{at}.tolerance"))?;
-            if !(t >= 0.0) {
+            if t.is_nan() || t < 0.0 {
                 bail!("{at}.tolerance: {t}: must be greater than or equal to 0");
             }
             Some(t)

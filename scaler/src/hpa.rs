@@ -399,7 +399,7 @@ pub fn scale_down_limit(now: Instant, current: i32, up: &[ScaleEvent], down: &[S
 }
 
 /// `getReplicasChangePerPeriod`: the changes of events after `now - period`.
-fn change_in_period(now: Instant, period_s: i64, events: &[ScaleEvent]) -> i32 {
+pub fn change_in_period(now: Instant, period_s: i64, events: &[ScaleEvent]) -> i32 {
     let cut = cutoff(now, period_s as u32);
     events.iter().filter(|e| after(e.at, cut)).map(|e| e.change).sum()
 }
@@ -423,8 +423,9 @@ fn before(t: Instant, cutoff: Option<Instant>) -> bool {
 impl Controller {
     /// Seed the controller's memory as the upstream tests do.
     pub(crate) fn with_history(mut self, now: Instant, recs: &[(i32, u64)]) -> Self {
-        self.recommendations =
-            Some(recs.iter().map(|&(r, ago)| Recommendation { replicas: r, at: now - Duration::from_secs(ago) }).collect());
+        self.recommendations = Some(
+            recs.iter().map(|&(r, ago)| Recommendation { replicas: r, at: now - Duration::from_secs(ago) }).collect(),
+        );
         self
     }
 
