@@ -58,8 +58,25 @@ step "chart checks (ports, probes, GPU, APIService, RBAC, HPA behaviour, rules, 
 # A grace period not above the drain is refused at render time.
 step "helm template refuses a grace period shorter than the drain" sh -c \
   "! '$tools/helm' template x '$chart' --set workerDefaults.terminationGracePeriodSeconds=60 2>'$out/err' && grep -q 'must exceed' '$out/err'"
-step "helm template refuses minReplicas 0 under an HPA" sh -c \
-  "! '$tools/helm' template x '$chart' --set workerDefaults.minReplicas=0 2>/dev/null"
+step "helm template refuses minReplicas 0 under an HPA before 1.37 (HPAScaleToZero off)" sh -c \
+  "! '$tools/helm' template x '$chart' --kube-version 1.36.0 --set workerDefaults.minReplicas=0 2>'$out/err' && grep -q HPAScaleToZero '$out/err'"
+step "helm template refuses a per-HPA tolerance on 1.30 (no HPAConfigurableTolerance)" sh -c \
+  "! '$tools/helm' template x '$chart' --kube-version 1.30.0 --set autoscaling.tolerance.scaleUp=0.05 2>'$out/err' && grep -q HPAConfigurableTolerance '$out/err'"
+# 1.37: the tolerance per direction (KEP-4951, beta from 1.35) and an HPA's minReplicas 0
+# (KEP-2021, beta from 1.37) render, and validate against that version's schema.
+step "helm template --kube-version 1.37.0 with tolerances and minReplicas 0" sh -c \
+  "'$tools/helm' template inference '$chart' --namespace ml --kube-version 1.37.0 --set autoscaling.tolerance.scaleUp=0.05 \
+   --set autoscaling.tolerance.scaleDown=0 --set workerDefaults.minReplicas=0 > '$out/rendered-1.37.yaml'"
+step "validate the 1.37 rendering (kubernetes-validate strict 1.37.0)" "$py" deploy/test/validate.py -k 1.37.0 "$out/rendered-1.37.yaml"
+step "the 1.37 rendering's HPA: tolerances per direction, minReplicas 0" "$py" -c '
+import sys, yaml
+hpas = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "HorizontalPodAutoscaler"]
+assert hpas, "no HPA"
+for h in hpas:
+    b = h["spec"]["behavior"]
+    assert (b["scaleUp"]["tolerance"], b["scaleDown"]["tolerance"]) == ("0.05", "0"), b
+    assert h["spec"]["minReplicas"] == 0, h["spec"]
+' "$out/rendered-1.37.yaml"
 step "helm template refuses an unknown autoscaling mode" sh -c \
   "! '$tools/helm' template x '$chart' --set autoscaling.mode=vpa 2>/dev/null"
 

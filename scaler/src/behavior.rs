@@ -1,7 +1,9 @@
 //! The HPA's `behavior` (`autoscaling/v2` `HorizontalPodAutoscalerBehavior`), read from YAML in
 //! the same shape, with kube's defaulting (`pkg/apis/autoscaling/v2/defaults.go`:
 //! `GenerateHPAScaleUpRules`, `GenerateHPAScaleDownRules`) and validation
-//! (`pkg/apis/autoscaling/validation`: `validateScalingRules`).
+//! (`pkg/apis/autoscaling/validation`: `validateScalingRules`). `tolerance` per direction is
+//! KEP-4951's field (`HPAConfigurableTolerance`: alpha in 1.33, beta and on by default from 1.35):
+//! unset, the controller's `--horizontal-pod-autoscaler-tolerance` applies; negative is refused.
 
 use std::path::Path;
 
@@ -50,6 +52,26 @@ pub struct RulesSpec {
     pub stabilization_window_seconds: Option<i64>,
     pub select_policy: Option<SelectPolicy>,
     pub policies: Option<Vec<Policy>>,
+    /// A `resource.Quantity` (`0.05`, `"50m"`), read with `AsApproximateFloat64()`.
+    pub tolerance: Option<Quantity>,
+}
+
+/// A Kubernetes quantity as YAML writes it: a number or a string.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Quantity {
+    Number(f64),
+    Text(String),
+}
+
+impl Quantity {
+    /// `AsApproximateFloat64()`.
+    pub fn approximate_f64(&self) -> anyhow::Result<f64> {
+        match self {
+            Quantity::Number(n) => Ok(*n),
+            Quantity::Text(t) => crate::quantity::approximate_f64(t),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -75,15 +97,17 @@ pub struct Policy {
 }
 
 /// One direction after defaulting and validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rules {
     pub stabilization_window_s: u32,
     pub select_policy: SelectPolicy,
     pub policies: Vec<Policy>,
+    /// `tolerance`; `None`: the controller's cluster-wide tolerance.
+    pub tolerance: Option<f64>,
 }
 
 /// Both directions after defaulting and validation: what the controller uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Behavior {
     pub scale_up: Rules,
     pub scale_down: Rules,
@@ -130,6 +154,7 @@ fn default_rules(from: Option<&RulesSpec>, window: i64, policies: Vec<Policy>) -
         stabilization_window_seconds: Some(window),
         select_policy: Some(SelectPolicy::Max),
         policies: Some(policies),
+        tolerance: None,
     };
     if let Some(from) = from {
         if from.select_policy.is_some() {
@@ -141,6 +166,7 @@ fn default_rules(from: Option<&RulesSpec>, window: i64, policies: Vec<Policy>) -
         if from.policies.is_some() {
             to.policies.clone_from(&from.policies);
         }
+        to.tolerance.clone_from(&from.tolerance);
     }
     to
 }
@@ -162,10 +188,21 @@ fn validate(r: RulesSpec, at: &str) -> anyhow::Result<Rules> {
             bail!("{at}.policies[{i}].value: {}: must be greater than zero", p.value);
         }
     }
+    let tolerance = match &r.tolerance {
+        None => None,
+        Some(q) => {
+            let t = q.approximate_f64().with_context(|| format!("{at}.tolerance"))?;
+            if t.is_nan() || t < 0.0 {
+                bail!("{at}.tolerance: {t}: must be greater than or equal to 0");
+            }
+            Some(t)
+        }
+    };
     Ok(Rules {
         stabilization_window_s: window as u32,
         select_policy: r.select_policy.unwrap_or(SelectPolicy::Max),
         policies,
+        tolerance,
     })
 }
 
@@ -201,6 +238,18 @@ mod tests {
     }
 
     #[test]
+    fn tolerances_are_quantities_per_direction_and_unset_is_none() {
+        let b = Behavior::from_yaml("scaleUp: {tolerance: 0.05}\nscaleDown: {tolerance: \"150m\"}").unwrap();
+        assert_eq!((b.scale_up.tolerance, b.scale_down.tolerance), (Some(0.05), Some(0.15)));
+        // Setting only the tolerance keeps the direction's default policies and window.
+        assert_eq!(b.scale_up.policies.len(), 2);
+        assert_eq!(b.scale_down.stabilization_window_s, DEFAULT_DOWNSCALE_STABILIZATION_S);
+        let b = Behavior::from_yaml("scaleUp: {tolerance: 0}").unwrap();
+        assert_eq!((b.scale_up.tolerance, b.scale_down.tolerance), (Some(0.0), None));
+        assert_eq!(Behavior::builtin().scale_up.tolerance, None);
+    }
+
+    #[test]
     fn invalid_behaviors_are_refused_with_the_field_named() {
         for (yaml, field) in [
             ("scaleUp: {policies: []}", "scaleUp.policies"),
@@ -208,6 +257,9 @@ mod tests {
             ("scaleUp: {policies: [{type: Pods, value: 1, periodSeconds: 1801}]}", "scaleUp.policies[0].periodSeconds"),
             ("scaleDown: {stabilizationWindowSeconds: 3601}", "scaleDown.stabilizationWindowSeconds"),
             ("scaleDown: {stabilizationWindowSeconds: -1}", "scaleDown.stabilizationWindowSeconds"),
+            ("scaleUp: {tolerance: -0.01}", "scaleUp.tolerance"),
+            ("scaleDown: {tolerance: \"-1m\"}", "scaleDown.tolerance"),
+            ("scaleDown: {tolerance: 5x}", "scaleDown.tolerance"),
         ] {
             let e = Behavior::from_yaml(yaml).unwrap_err().to_string();
             assert!(e.starts_with(field), "{yaml}: {e}");

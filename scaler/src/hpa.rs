@@ -1,12 +1,16 @@
 //! The HPA controller's decision for one `External` metric with an `AverageValue` target, ported
 //! from kube-controller-manager (`pkg/controller/podautoscaler`):
 //!
-//! - `reconcileAutoscaler` (horizontal.go): the initial recommendation, the min/max clamps that
+//! - `reconcileAutoscaler` (horizontal.go): the initial recommendation, zero replicas that the
+//!   controller did not scale to zero disable scaling (`ScalingDisabled`), the min/max clamps that
 //!   bypass the metric, a metric that cannot be read leaves the replicas alone (`ScalingActive`
-//!   false), `rescale = desired != current`, scale events stored only when it rescales;
-//! - `GetExternalPerPodMetricReplicas` (replica_calculator.go): the sum of the items' milli-values,
-//!   `usageRatio = sum / (target * statusReplicas)`, unchanged within the tolerance, else
-//!   `ceil(sum / target)`;
+//!   false), `rescale = desired != current`, scale events stored only when it rescales, and the
+//!   `ScaledToZero` condition (KEP-2021, `HPAScaleToZero`) that lets it scale from zero again;
+//! - `GetExternalPerPodMetricReplicas` (replica_calculator.go): the sum of the items' milli-values
+//!   (capped at `MaxInt64`), `usageRatio = sum / (target * statusReplicas)`, unchanged while
+//!   `Tolerances.isWithin` (`1 - scaleDown <= ratio <= 1 + scaleUp`, KEP-4951), else
+//!   `ceil(sum / target)` (capped at `MaxInt32`); `tolerancesForHpa` picks each direction's
+//!   `behavior.*.tolerance` over the cluster-wide one;
 //! - `normalizeDesiredReplicasWithBehaviors`: `stabilizeRecommendationWithBehaviors` (the lowest
 //!   recommendation within the scale-up window and the highest within the scale-down window bound
 //!   the current count), then `convertDesiredReplicasWithBehaviorRate` with
@@ -26,15 +30,58 @@ use crate::behavior::{Behavior, PolicyType, Rules, SelectPolicy};
 /// What the controller is told to keep.
 #[derive(Debug, Clone)]
 pub struct Spec {
+    /// `minReplicas`; 0 is scale to zero (`HPAScaleToZero`, an External metric).
     pub min_replicas: i32,
     pub max_replicas: i32,
     /// `target.averageValue` in milli-units (`resource.Quantity.MilliValue()`).
     pub target_milli: i64,
-    /// `--horizontal-pod-autoscaler-tolerance` (0.1).
+    /// `--horizontal-pod-autoscaler-tolerance` (0.1): the cluster-wide tolerance.
     pub tolerance: f64,
     pub behavior: Behavior,
     /// The metric's name, for the reasons (`"gateway_pool_signal above target"`).
     pub metric_name: String,
+}
+
+impl Spec {
+    /// `tolerancesForHpa`: each direction's `behavior.*.tolerance`, else the cluster-wide one.
+    pub fn tolerances(&self) -> Tolerances {
+        Tolerances {
+            scale_down: self.behavior.scale_down.tolerance.unwrap_or(self.tolerance),
+            scale_up: self.behavior.scale_up.tolerance.unwrap_or(self.tolerance),
+        }
+    }
+}
+
+/// `Tolerances` (replica_calculator.go): the usage ratio's dead band, per direction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tolerances {
+    pub scale_down: f64,
+    pub scale_up: f64,
+}
+
+impl Tolerances {
+    /// The same tolerance both ways (the cluster-wide flag alone).
+    pub fn both(t: f64) -> Self {
+        Self { scale_down: t, scale_up: t }
+    }
+
+    /// `isWithin`: `(1.0-t.scaleDown) <= usageRatio && usageRatio <= (1.0+t.scaleUp)`. A NaN ratio
+    /// (0/0, no load on zero replicas) is not within.
+    pub fn is_within(&self, ratio: f64) -> bool {
+        (1.0 - self.scale_down) <= ratio && ratio <= (1.0 + self.scale_up)
+    }
+}
+
+/// `GetExternalPerPodMetricReplicas`'s result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerPod {
+    /// The proposal (`replicaCount`).
+    pub replicas: i32,
+    /// The items' sum, milli-units (capped at `i64::MAX`).
+    pub usage: i64,
+    /// The per-pod value kube reports in the status (`ceil(sum / statusReplicas)`); `None` on zero
+    /// replicas, where kube's `int64(+Inf)` has no meaning.
+    pub average: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -58,6 +105,8 @@ pub struct Decision {
     pub desired: i32,
     /// The metric's sum in milli-units, when it was read.
     pub metric_milli: Option<i64>,
+    /// The per-pod value (`status.currentMetrics[].external.current.averageValue`).
+    pub average_milli: Option<i64>,
     /// The proposal before stabilization and rate limits (`metricDesiredReplicas`).
     pub proposal: Option<i32>,
     /// Why: the rescale reason (`... above target`, `All metrics below target`, `Current number
@@ -68,8 +117,11 @@ pub struct Decision {
     /// The `ScalingLimited` reason (`DesiredWithinRange`, `ScaleUpLimit`, `ScaleDownLimit`,
     /// `TooManyReplicas`, `TooFewReplicas`).
     pub limited: &'static str,
-    /// `ScalingActive` false: the metric could not be used (nothing changes).
+    /// `ScalingActive` false: the metric could not be used, or scaling is disabled at zero
+    /// replicas (nothing changes).
     pub scaling_inactive: bool,
+    /// The `ScaledToZero` condition after this sync: the controller scaled the target to zero.
+    pub scaled_to_zero: bool,
 }
 
 impl Decision {
@@ -78,18 +130,29 @@ impl Decision {
     }
 }
 
-/// The controller's memory for one HPA: recommendations and scale events.
+/// The controller's memory for one HPA: recommendations, scale events, and the `ScaledToZero`
+/// condition kept in the HPA's status.
 #[derive(Debug, Clone)]
 pub struct Controller {
     pub spec: Spec,
-    recommendations: Vec<Recommendation>,
+    /// `a.recommendations[key]`: `None` is Go's nil (never synced), which
+    /// `recordInitialRecommendation` fills; an empty list is not.
+    recommendations: Option<Vec<Recommendation>>,
     pub scale_up_events: Vec<ScaleEvent>,
     pub scale_down_events: Vec<ScaleEvent>,
+    /// `status.conditions[ScaledToZero]` true.
+    pub scaled_to_zero: bool,
 }
 
 impl Controller {
     pub fn new(spec: Spec) -> Self {
-        Self { spec, recommendations: Vec::new(), scale_up_events: Vec::new(), scale_down_events: Vec::new() }
+        Self {
+            spec,
+            recommendations: None,
+            scale_up_events: Vec::new(),
+            scale_down_events: Vec::new(),
+            scaled_to_zero: false,
+        }
     }
 
     /// One sync: `current` replicas now (the scale's spec and status: the scaler applies its
@@ -97,22 +160,28 @@ impl Controller {
     /// could not be read. The caller applies `desired` when [`Decision::rescale`].
     pub fn reconcile(&mut self, now: Instant, current: i32, metric: Result<&[i64], &str>) -> Decision {
         // recordInitialRecommendation
-        if self.recommendations.is_empty() {
-            self.recommendations.push(Recommendation { replicas: current, at: now });
-        }
+        self.recommendations.get_or_insert_with(|| vec![Recommendation { replicas: current, at: now }]);
         let min = self.spec.min_replicas;
         let max = self.spec.max_replicas;
         let mut d = Decision {
             current,
             desired: current,
             metric_milli: None,
+            average_milli: None,
             proposal: None,
             reason: String::new(),
             able_to_scale: "ReadyForNewScale",
             limited: "DesiredWithinRange",
             scaling_inactive: false,
+            scaled_to_zero: self.scaled_to_zero,
         };
-        if current > max {
+        if current == 0 && !self.scaled_to_zero {
+            // Zero replicas the controller did not scale to (a person paused the workload, or
+            // minReplicas > 0): scaling is disabled. With ScaledToZero the metric is read.
+            d.scaling_inactive = true;
+            d.reason = "ScalingDisabled: scaling is disabled since the replica count of the target is zero".into();
+            return d;
+        } else if current > max {
             d.desired = max;
             d.reason = "Current number of replicas above Spec.MaxReplicas".into();
         } else if current < min {
@@ -132,40 +201,44 @@ impl Controller {
                     return d;
                 }
             };
-            let sum: i64 = values.iter().sum();
-            d.metric_milli = Some(sum);
-            let proposal = external_per_pod_replicas(current, sum, self.spec.target_milli, self.spec.tolerance);
-            d.proposal = Some(proposal);
-            // desiredReplicas starts at 0; the metric's proposal wins when larger.
-            let desired = proposal.max(0);
-            if desired > current {
-                d.reason = format!("{} above target", self.spec.metric_name);
-            } else if desired < current {
-                d.reason = "All metrics below target".into();
-            } else {
-                d.reason = "recommended size matches current size".into();
-            }
-            let (stabilized, able) = self.stabilize(now, current, desired);
-            d.able_to_scale = if stabilized != desired { able } else { "ReadyForNewScale" };
-            let (normalized, limited) = self.convert_with_behavior_rate(now, current, stabilized);
-            d.desired = normalized;
-            d.limited = limited;
+            let per_pod = external_per_pod_replicas(current, values, self.spec.target_milli, self.spec.tolerances());
+            d.metric_milli = Some(per_pod.usage);
+            d.average_milli = per_pod.average;
+            d.proposal = Some(per_pod.replicas);
+            let (desired, able, limited) = self.normalize(now, current, per_pod.replicas);
+            d.reason = rescale_reason(current, per_pod.replicas.max(0), &self.spec.metric_name);
+            (d.desired, d.able_to_scale, d.limited) = (desired, able, limited);
         }
         if d.rescale() {
             self.store_scale_event(now, current, d.desired);
+            // The ScaledToZero condition: true when this rescale took the target to zero.
+            self.scaled_to_zero = current > 0 && d.desired == 0 && min == 0;
+            d.scaled_to_zero = self.scaled_to_zero;
         }
         d
     }
 
+    /// `normalizeDesiredReplicasWithBehaviors`: stabilization, then the rate limits and min/max.
+    /// Returns the replicas and the `AbleToScale` and `ScalingLimited` reasons.
+    pub(crate) fn normalize(&mut self, now: Instant, current: i32, proposal: i32) -> (i32, &'static str, &'static str) {
+        // desiredReplicas starts at 0; the metric's proposal wins when larger.
+        let prenormalized = proposal.max(0);
+        let (stabilized, able) = self.stabilize(now, current, prenormalized);
+        let able = if stabilized != prenormalized { able } else { "ReadyForNewScale" };
+        let (normalized, limited) = self.convert_with_behavior_rate(now, current, stabilized);
+        (normalized, able, limited)
+    }
+
     /// `stabilizeRecommendationWithBehaviors`: returns the stabilized recommendation and the
     /// `AbleToScale` reason to use when it differs from `desired`.
-    fn stabilize(&mut self, now: Instant, current: i32, desired: i32) -> (i32, &'static str) {
+    pub(crate) fn stabilize(&mut self, now: Instant, current: i32, desired: i32) -> (i32, &'static str) {
         let up_cutoff = cutoff(now, self.spec.behavior.scale_up.stabilization_window_s);
         let down_cutoff = cutoff(now, self.spec.behavior.scale_down.stabilization_window_s);
         let mut up = desired;
         let mut down = desired;
         let mut old = None;
-        for (i, r) in self.recommendations.iter().enumerate() {
+        let recommendations = self.recommendations.get_or_insert_with(Vec::new);
+        for (i, r) in recommendations.iter().enumerate() {
             if after(r.at, up_cutoff) {
                 up = up.min(r.replicas);
             }
@@ -185,15 +258,15 @@ impl Controller {
         }
         let rec = Recommendation { replicas: desired, at: now };
         match old {
-            Some(i) => self.recommendations[i] = rec,
-            None => self.recommendations.push(rec),
+            Some(i) => recommendations[i] = rec,
+            None => recommendations.push(rec),
         }
         let reason = if desired >= current { "ScaleUpStabilized" } else { "ScaleDownStabilized" };
         (recommendation, reason)
     }
 
     /// `convertDesiredReplicasWithBehaviorRate`.
-    fn convert_with_behavior_rate(&self, now: Instant, current: i32, desired: i32) -> (i32, &'static str) {
+    pub(crate) fn convert_with_behavior_rate(&self, now: Instant, current: i32, desired: i32) -> (i32, &'static str) {
         let b = &self.spec.behavior;
         if desired > current {
             let limit =
@@ -223,7 +296,7 @@ impl Controller {
 
     /// `storeScaleEvent`: reuses an outdated slot (older than the direction's longest policy
     /// period) or appends.
-    fn store_scale_event(&mut self, now: Instant, prev: i32, new: i32) {
+    pub(crate) fn store_scale_event(&mut self, now: Instant, prev: i32, new: i32) {
         let (events, rules, change) = if new > prev {
             (&mut self.scale_up_events, &self.spec.behavior.scale_up, new - prev)
         } else {
@@ -244,16 +317,45 @@ impl Controller {
     }
 }
 
-/// `GetExternalPerPodMetricReplicas`: `status_replicas` pods, the items' sum and the per-pod
-/// target in milli-units.
-pub fn external_per_pod_replicas(status_replicas: i32, sum_milli: i64, target_milli: i64, tolerance: f64) -> i32 {
-    let ratio = sum_milli as f64 / (target_milli as f64 * f64::from(status_replicas));
-    // Go: math.Abs(1.0-usageRatio) > tolerance; NaN (0/0) compares false, keeping the count.
-    if (1.0 - ratio).abs() > tolerance {
-        (sum_milli as f64 / target_milli as f64).ceil() as i32
+/// The rescale reason `reconcileAutoscaler` writes from the metric's proposal (before
+/// stabilization and limits, as kube does).
+fn rescale_reason(current: i32, desired: i32, metric: &str) -> String {
+    if desired > current {
+        format!("{metric} above target")
+    } else if desired < current {
+        "All metrics below target".into()
     } else {
-        status_replicas
+        "recommended size matches current size".into()
     }
+}
+
+/// `GetExternalPerPodMetricReplicas`: `status_replicas` pods, the items in milli-units, the
+/// per-pod target in milli-units.
+pub fn external_per_pod_replicas(status_replicas: i32, items: &[i64], target_milli: i64, t: Tolerances) -> PerPod {
+    let mut usage: i64 = 0;
+    for &v in items {
+        // Go: usage = usage + val; if usage < 0 { usage = MaxInt64; break } ("the only way we
+        // would ever get here is because of an Int64 overflow"; a negative item lands here too).
+        usage = usage.wrapping_add(v);
+        if usage < 0 {
+            usage = i64::MAX;
+            break;
+        }
+    }
+    let mut replicas = status_replicas;
+    let ratio = usage as f64 / (target_milli as f64 * f64::from(status_replicas));
+    if !t.is_within(ratio) {
+        let r = (usage as f64 / target_milli as f64).ceil();
+        replicas = if r > f64::from(i32::MAX) { i32::MAX } else { r as i32 };
+    }
+    let average = if usage as f64 >= i64::MAX as f64 {
+        Some(i64::MAX)
+    } else if status_replicas == 0 {
+        None
+    } else {
+        Some((usage as f64 / f64::from(status_replicas)).ceil() as i64)
+    };
+    PerPod { replicas, usage, average }
 }
 
 /// `calculateScaleUpLimitWithScalingRules`.
@@ -267,7 +369,7 @@ pub fn scale_up_limit(now: Instant, current: i32, up: &[ScaleEvent], down: &[Sca
         let start =
             current - change_in_period(now, p.period_seconds, up) + change_in_period(now, p.period_seconds, down);
         let proposed = match p.kind {
-            PolicyType::Pods => start + p.value as i32,
+            PolicyType::Pods => start.wrapping_add(p.value as i32),
             // Rounded up, so that a small count still grows.
             PolicyType::Percent => (f64::from(start) * (1.0 + p.value as f64 / 100.0)).ceil() as i32,
         };
@@ -287,7 +389,7 @@ pub fn scale_down_limit(now: Instant, current: i32, up: &[ScaleEvent], down: &[S
         let start =
             current - change_in_period(now, p.period_seconds, up) + change_in_period(now, p.period_seconds, down);
         let proposed = match p.kind {
-            PolicyType::Pods => start - p.value as i32,
+            PolicyType::Pods => start.wrapping_sub(p.value as i32),
             // Go's int32(float64) truncates.
             PolicyType::Percent => (f64::from(start) * (1.0 - p.value as f64 / 100.0)) as i32,
         };
@@ -297,7 +399,7 @@ pub fn scale_down_limit(now: Instant, current: i32, up: &[ScaleEvent], down: &[S
 }
 
 /// `getReplicasChangePerPeriod`: the changes of events after `now - period`.
-fn change_in_period(now: Instant, period_s: i64, events: &[ScaleEvent]) -> i32 {
+pub fn change_in_period(now: Instant, period_s: i64, events: &[ScaleEvent]) -> i32 {
     let cut = cutoff(now, period_s as u32);
     events.iter().filter(|e| after(e.at, cut)).map(|e| e.change).sum()
 }
@@ -321,8 +423,14 @@ fn before(t: Instant, cutoff: Option<Instant>) -> bool {
 impl Controller {
     /// Seed the controller's memory as the upstream tests do.
     pub(crate) fn with_history(mut self, now: Instant, recs: &[(i32, u64)]) -> Self {
-        self.recommendations =
-            recs.iter().map(|&(r, ago)| Recommendation { replicas: r, at: now - Duration::from_secs(ago) }).collect();
+        self.recommendations = Some(
+            recs.iter().map(|&(r, ago)| Recommendation { replicas: r, at: now - Duration::from_secs(ago) }).collect(),
+        );
         self
+    }
+
+    /// The stored recommendations' values, in order.
+    pub(crate) fn recommendation_values(&self) -> Vec<i32> {
+        self.recommendations.iter().flatten().map(|r| r.replicas).collect()
     }
 }

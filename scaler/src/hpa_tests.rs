@@ -1,15 +1,14 @@
-//! The controller's decisions against the HPA's algorithm, table-driven, on tokio's paused clock.
-//! Cases follow kube's own tests (`replica_calculator_test.go`: the external per-pod cases;
-//! `horizontal_test.go`: `TestScalingWithRules`, `TestStabilizeRecommendationWithBehaviors`,
-//! `TestNormalizeDesiredReplicasWithBehavior`), with the expected values worked out from the
-//! upstream functions this crate ports.
+//! The controller's decisions on hand-derived edge cases, table-driven, on tokio's paused clock:
+//! the boundaries kube's own tables leave out (an event or recommendation exactly one period or
+//! window old, floating-point edges of the tolerance, a whole episode). Kube's own tables, case
+//! by case, are in `kube_tables/`.
 
 use std::time::Duration;
 
 use tokio::time::{Instant, advance};
 
 use crate::behavior::{Behavior, BehaviorSpec, Policy, PolicyType, RulesSpec, SelectPolicy};
-use crate::hpa::{Controller, ScaleEvent, Spec, external_per_pod_replicas};
+use crate::hpa::{Controller, ScaleEvent, Spec, Tolerances, external_per_pod_replicas};
 
 fn pods(value: i64, period_seconds: i64) -> Policy {
     Policy { kind: PolicyType::Pods, value, period_seconds }
@@ -24,6 +23,7 @@ fn rules(window: i64, select: SelectPolicy, policies: Vec<Policy>) -> Option<Rul
         stabilization_window_seconds: Some(window),
         select_policy: Some(select),
         policies: Some(policies),
+        tolerance: None,
     })
 }
 
@@ -52,17 +52,21 @@ fn external_per_pod_replicas_as_the_replica_calculator() {
         (5, 8600, 3000, 3, "scale down"),
         // tolerance: 8600 / (2900 * 3) = 0.989, within 10 %
         (3, 8600, 2900, 3, "within tolerance"),
-        // the edges in binary floating point, as Go computes them: |1 - 1.1| = 0.10000000000000009
-        // is past the tolerance, |1 - 0.9| = 0.09999999999999998 is not
-        (3, 3300, 1000, 4, "ratio 1.1 scales up"),
-        (3, 2700, 1000, 3, "ratio 0.9 stays"),
+        // the edges in binary floating point, as Go computes them. isWithin (KEP-4951, 1.33+)
+        // compares 1.1 <= 1.0 + 0.1: the same double, so a ratio of exactly 1.1 stays. The
+        // scaler used the older math.Abs(1-ratio) > tolerance, where |1 - 1.1| =
+        // 0.10000000000000009 scaled up: kube changed, the scaler follows.
+        (3, 3300, 1000, 3, "ratio 1.1 stays (1.1 <= 1 + 0.1)"),
+        (3, 3301, 1000, 4, "ratio 1.1003 scales up"),
+        (3, 2700, 1000, 3, "ratio 0.9 stays (1 - 0.1 <= 0.9)"),
         (3, 2600, 1000, 3, "ratio 0.87 scales down to ceil(2.6) = 3"),
         (4, 2600, 1000, 3, "ratio 0.65 scales down"),
         (1, 0, 1000, 0, "no load proposes zero (min replicas clamps later)"),
         (4, 1001, 1000, 2, "rounded up"),
     ];
     for (status, sum, target, expected, name) in cases {
-        assert_eq!(external_per_pod_replicas(status, sum, target, 0.1), expected, "{name}");
+        let got = external_per_pod_replicas(status, &[sum], target, Tolerances::both(0.1));
+        assert_eq!(got.replicas, expected, "{name}");
     }
 }
 

@@ -15,6 +15,8 @@ pub mod workers;
 
 #[cfg(test)]
 mod hpa_tests;
+#[cfg(test)]
+mod kube_tables;
 
 /// One decision as a line: time, metric, current, desired, reason.
 pub fn decision_line(clock: &str, d: &hpa::Decision, target_milli: i64) -> String {

@@ -45,8 +45,9 @@ enum Cmd {
 
 #[derive(Args, Clone)]
 struct Decide {
-    /// minReplicas
-    #[arg(long, env = "SCALER_MIN", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
+    /// minReplicas; 0 scales to zero as the HPA does with HPAScaleToZero (an External metric). The
+    /// scaler starts max(min, 1) workers, as a Deployment starts with replicas 1 under an HPA
+    #[arg(long, env = "SCALER_MIN", default_value_t = 1, value_parser = clap::value_parser!(i32).range(0..))]
     min: i32,
     /// maxReplicas
     #[arg(long, env = "SCALER_MAX", default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..))]
@@ -54,7 +55,8 @@ struct Decide {
     /// target.averageValue (a Kubernetes quantity); the chart's default
     #[arg(long, env = "SCALER_TARGET", default_value = BUILTIN_TARGET)]
     target: String,
-    /// --horizontal-pod-autoscaler-tolerance
+    /// --horizontal-pod-autoscaler-tolerance (both directions; the behavior's scaleUp.tolerance and
+    /// scaleDown.tolerance win where set)
     #[arg(long, env = "SCALER_TOLERANCE", default_value_t = 0.1)]
     tolerance: f64,
     /// The HPA's `behavior` (YAML: scaleUp, scaleDown); default: the chart's
@@ -217,8 +219,9 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     })?;
     let mut out = SeriesWriter::open(a.series.as_deref())?;
     let b = &ctl.spec.behavior;
+    let t = ctl.spec.tolerances();
     println!(
-        "scaler: {} {}{} every {:?}; target averageValue {}; replicas {}..{}; tolerance {}; scaleUp window {}s, scaleDown window {}s",
+        "scaler: {} {}{} every {:?}; target averageValue {}; replicas {}..{}; tolerance down {} up {}; scaleUp window {}s, scaleDown window {}s",
         a.decide.metric,
         a.metrics_api,
         client.target().path(),
@@ -226,15 +229,19 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         a.decide.target,
         a.decide.min,
         a.decide.max,
-        a.decide.tolerance,
+        t.scale_down,
+        t.scale_up,
         b.scale_up.stabilization_window_s,
         b.scale_down.stabilization_window_s,
     );
-    let n = workers.scale_to(a.decide.min).await;
+    // A Deployment under an HPA starts with its default 1 replica even with minReplicas 0; the HPA
+    // takes it to zero (and may bring it back: ScaledToZero).
+    let start = a.decide.min.max(1);
+    let n = workers.scale_to(start).await;
     println!("scaler: started {n} worker(s): {}", workers.urls().join(" "));
-    if n < a.decide.min {
+    if n < start {
         workers.shutdown().await;
-        bail!("could not start --min {} workers", a.decide.min);
+        bail!("could not start {start} workers (--min {})", a.decide.min);
     }
     let now = series::unix_now();
     out.point(now, series::REPLICAS, f64::from(n));

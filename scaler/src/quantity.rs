@@ -1,10 +1,27 @@
 //! Kubernetes quantities (`1500m`, `2`, `0.5`, `1k`, `1Ki`, `1e3`) to milli-units, rounded up as
-//! `resource.Quantity.MilliValue()` does. Exact decimal arithmetic: `0.1` is 100 milli-units.
+//! `resource.Quantity.MilliValue()` does, or to a float as `AsApproximateFloat64()`. Exact decimal
+//! arithmetic: `0.1` is 100 milli-units.
 
 use anyhow::{Context, bail};
 
 /// `MilliValue()` of a quantity string.
 pub fn milli_value(s: &str) -> anyhow::Result<i64> {
+    let (num, den) = parse(s)?;
+    let milli_num = num.checked_mul(1000).context("quantity too large")?;
+    // MilliValue is ScaledValue(Milli): "ceil(q / 10^scale)" (quantity.go), for either sign.
+    let milli = milli_num.div_euclid(den) + i128::from(milli_num.rem_euclid(den) != 0);
+    i64::try_from(milli).context("quantity too large")
+}
+
+/// `AsApproximateFloat64()` of a quantity string: what the HPA controller reads a `tolerance`
+/// with (`0.05`, `50m` and `5e-2` are all 0.05).
+pub fn approximate_f64(s: &str) -> anyhow::Result<f64> {
+    let (num, den) = parse(s)?;
+    Ok(num as f64 / den as f64)
+}
+
+/// The quantity as an exact fraction `num / den` (den > 0).
+fn parse(s: &str) -> anyhow::Result<(i128, i128)> {
     let s = s.trim();
     let (negative, body) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
@@ -19,18 +36,11 @@ pub fn milli_value(s: &str) -> anyhow::Result<i64> {
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
     let digits: i128 = format!("{int_part}{frac_part}").parse().with_context(|| format!("{s:?} is not a quantity"))?;
     // value = digits * 10^-frac * multiplier
-    let mut num = digits;
-    let mut den: i128 = 10i128.pow(frac_part.len() as u32);
+    let den: i128 = 10i128.pow(frac_part.len() as u32);
     let (mul, div) = suffix_factor(suffix).with_context(|| format!("{s:?}: unknown suffix {suffix:?}"))?;
-    num = num.checked_mul(mul).context("quantity too large")?;
-    den = den.checked_mul(div).context("quantity too precise")?;
-    let milli_num = num.checked_mul(1000).context("quantity too large")?;
-    let mut milli = milli_num / den;
-    if milli_num % den != 0 {
-        milli += 1; // MilliValue rounds up
-    }
-    let milli = if negative { -milli } else { milli };
-    i64::try_from(milli).context("quantity too large")
+    let num = digits.checked_mul(mul).context("quantity too large")?;
+    let den = den.checked_mul(div).context("quantity too precise")?;
+    Ok((if negative { -num } else { num }, den))
 }
 
 /// The suffix as a fraction `mul / div`.
@@ -97,6 +107,9 @@ mod tests {
             assert!(milli_value(bad).is_err(), "{bad:?}");
         }
         assert_eq!(format_milli(1500), "1500m");
+        for (q, f) in [("0.05", 0.05), ("50m", 0.05), ("5e-2", 0.05), ("0", 0.0), ("1", 1.0), ("2.5", 2.5)] {
+            assert_eq!(approximate_f64(q).unwrap(), f, "{q}");
+        }
         assert_eq!(format_milli(3000), "3");
     }
 }
