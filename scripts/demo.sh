@@ -15,20 +15,24 @@
 #
 # Knobs: DEMO_STEP_S (15) seconds per load step; DEMO_TAIL_S (45) low load at the end, for the
 # scale-down; DEMO_RATES ("R1 R2 ...": requests/s of the steps; default: from one worker's
-# measured capacity); DEMO_TARGET_QUEUE (2) the gateway's --target-queue (requests queued or
-# running per replica at target; small, as a CPU worker is slow); DEMO_MAX (3) most workers;
-# DEMO_SYNC (2s) the scaler's sync period;
+# measured capacity, peaking at 1.2x it, which needs 2 replicas at the gateway's default target
+# utilization of 0.7); DEMO_MAX (4) most workers, a ceiling the run should not reach;
+# DEMO_SYNC (2s) the scaler's sync period; DEMO_GATEWAY_ARGS extra gateway flags (none: the
+# signal runs on its defaults);
 # DEMO_OUT (target/demo) where the report goes; DEMO_BIN_DIR: take the binaries from there and do
-# not build (the test uses target/debug); DEMO_WORKER_ARGS ("--threads 1") the workers' arguments
-# (the GPU variant: "--device cuda:0 --model models/build/gpu", with DEMO_MAX=1 on one GPU, and
-# ORT_DYLIB_PATH set to the CUDA build: docs/demo.md).
+# not build (the test uses target/debug); DEMO_WORKER_ARGS ("--threads 1") the workers' arguments;
+# DEMO_WORKER_DEVICES: place each worker on a device of its own (`gpus`: one worker per GPU of
+# the host, `--device cuda:N`; the GPU variant: DEMO_WORKER_DEVICES=gpus
+# DEMO_WORKER_ARGS="--model models/build/gpu", ORT_DYLIB_PATH set to the CUDA build: docs/demo.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step_s=${DEMO_STEP_S:-15}
 tail_s=${DEMO_TAIL_S:-45}
-max=${DEMO_MAX:-3}
+max=${DEMO_MAX:-4}
 sync=${DEMO_SYNC:-2s}
-target_queue=${DEMO_TARGET_QUEUE:-2}
+read -r -a gateway_args <<<"${DEMO_GATEWAY_ARGS:-}"
+devices=()
+[ -n "${DEMO_WORKER_DEVICES:-}" ] && devices=(--worker-devices "$DEMO_WORKER_DEVICES")
 out=${DEMO_OUT:-target/demo}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -70,7 +74,7 @@ echo "== a gateway: workers from a file the scaler writes; the external metrics 
 : >"$work/workers.txt"
 start_listening "$work/gateway" "$bin/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --worker-file "$work/workers.txt" --worker-file-interval 250ms \
-  --target-queue "$target_queue" --stats-interval 250ms --signal-fall 10s \
+  --stats-interval 250ms --signal-fall 10s --demand-window 2s "${gateway_args[@]}" \
   --metrics-api-listen 127.0.0.1:0 --tls-cert-file "$c/server.crt" --tls-private-key-file "$c/server.key" \
   --client-ca-file "$c/ca.crt" --requestheader-client-ca-file "$c/front-proxy-ca.crt" \
   --authorization-mode AlwaysAllow
@@ -84,12 +88,14 @@ if [ -n "${DEMO_RATES:-}" ]; then
   rates=$DEMO_RATES
 else
   echo "== one worker's capacity through a gateway, to size the load steps (a worker and a gateway of"
-  echo "   their own; closed loop, 8 clients, 4 s after 2 s of warm-up)"
-  start_listening "$work/probe-worker" "$bin/worker" --listen 127.0.0.1:0 "${worker_args[@]}"
+  echo "   their own; closed loop, 64 clients: two of the worker's full batches; 4 s after 2 s of warm-up)"
+  probe_device=()
+  [ -n "${DEMO_WORKER_DEVICES:-}" ] && probe_device=(--device cuda:0)
+  start_listening "$work/probe-worker" "$bin/worker" --listen 127.0.0.1:0 "${worker_args[@]}" "${probe_device[@]}"
   probe_worker=$started_pid
   start_listening "$work/probe-gateway" "$bin/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$started_url"
   probe_gateway=$started_pid
-  cap=$("$bin/loadtest" --url "$started_url" -c 8 -d 4s --warmup 2s --json |
+  cap=$("$bin/loadtest" --url "$started_url" -c 64 -d 4s --warmup 2s --json |
     python3 -c 'import json,sys; print(int(json.loads(sys.stdin.readline())["throughput_per_s"]))')
   kill -TERM "$probe_gateway" "$probe_worker"; wait "$probe_gateway" "$probe_worker" 2>/dev/null || true
   echo "   $cap requests/s"
@@ -104,7 +110,7 @@ series=$out/scaler.jsonl
 "$bin/scaler" run --metrics-api "$api" --ca-file "$c/ca.crt" --cert-file "$c/client.crt" --key-file "$c/client.key" \
   --pool default --min 1 --max "$max" --interval "$sync" --behavior scripts/demo-behavior.yaml \
   --worker-file "$work/workers.txt" --worker-file-interval 250ms --gateway-admin "$gw_admin" \
-  --worker-bin "$bin/worker" "${worker_args[@]/#/--worker-arg=}" --worker-log-dir "$work/workers" \
+  --worker-bin "$bin/worker" "${worker_args[@]/#/--worker-arg=}" "${devices[@]}" --worker-log-dir "$work/workers" \
   --series "$series" >"$work/scaler.stdout" 2>"$work/scaler.stderr" &
 scaler_pid=$!
 for _ in $(seq 1 600); do
@@ -135,6 +141,13 @@ echo "   without a certificate: HTTP $(curl -s -o /dev/null -w '%{http_code}' --
 
 low=${rates%% *}
 profile="steps($rates, ${step_s}s), const($low, ${tail_s}s)"
+# R, the replicas each step needs at the gateway's target utilization u (0.7 unless
+# DEMO_GATEWAY_ARGS sets it): load / (C x u), C the probe's measured capacity (with DEMO_RATES,
+# the peak rate / 1.2). Drawn beside the replicas in the report.
+u=$(python3 -c 'import sys; a=sys.argv[1:]; print(a[a.index("--target-utilization")+1] if "--target-utilization" in a else 0.7)' "${gateway_args[@]}")
+capacity=${cap:-$(python3 -c 'import sys; print(max(map(float, sys.argv[1].split())) / 1.2)' "$rates")}
+needs=$work/needs.jsonl
+python3 scripts/lib/needs.py "$needs" "$rates" "$step_s" "$tail_s" "$capacity" "$u"
 
 echo
 echo "== load: $profile"
@@ -144,7 +157,7 @@ tail -n 0 -f "$work/scaler.stdout" > >(sed -u 's/^/   [scaler] /') &
 tail_pid=$!
 pids+=("$tail_pid")
 "$bin/loadtest" --url "$gw" --rate "$profile" --warmup 0s --threads 1 --progress always \
-  --gateway-admin "$gw_admin" --pool default --series "$series" \
+  --gateway-admin "$gw_admin" --pool default --series "$series" --series "$needs" \
   --report "$out/demo-report.html" --summary "$out/demo-run.json" --title "Autoscaling demo: gateway signal -> HPA algorithm -> workers" |
   cat
 
@@ -163,9 +176,10 @@ kill "$tail_pid" 2>/dev/null || true
 
 echo
 echo "== summary"
-python3 - "$series" "$out/demo-run.json" "$out/demo-report.html" "$max" <<'EOF'
-import json, sys
+python3 - "$series" "$out/demo-run.json" "$out/demo-report.html" "$max" "$rates" "$capacity" "$u" <<'EOF'
+import json, math, sys
 series, run, report, most = sys.argv[1:4] + [int(sys.argv[4])]
+rates, capacity, u = [float(r) for r in sys.argv[5].split()], float(sys.argv[6]), float(sys.argv[7])
 reps = [int(json.loads(l)["value"]) for l in open(series) if l.strip() and json.loads(l)["series"] == "replicas"]
 path = [r for i, r in enumerate(reps) if i == 0 or r != reps[i - 1]]
 s = json.load(open(run))
@@ -177,12 +191,17 @@ print(f"   latency p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms, max {t['m
 sig = (s.get("signal") or {}).get("samples") or []
 if sig:
     peak = max(sig, key=lambda x: x["signal"])
-    print(f"   signal: peak {peak['signal']:.2f} replicas (queue term {peak['queue']:.2f}, GPU term {peak['gpu']:.2f}; "
-          f"largest GPU term {max(x['gpu'] for x in sig):.2f})")
+    print(f"   signal: peak {peak['signal']:.2f} replicas")
+r_peak = max(rates) / (capacity * u)
+need = max(1, math.ceil(r_peak / 1.1))  # ceil(R) within the HPA's 10 % tolerance
+print(f"   R at the peak: {r_peak:.2f} (C = {capacity:.0f} requests/s, u = {u}): {need} replica(s) needed; "
+      f"peak replicas {max(reps)}; ceiling DEMO_MAX = {most}")
 print(f"   report: {report}")
 print(f"   scaler series: {series}; run: {run}")
 ok = (max(reps) > 1 or most == 1) and reps[-1] == 1 and failed == 0
 print("   " + ("OK: replicas went up with the load and back down, no request failed" if ok else
              "NOT AS EXPECTED: replicas should go up and back to 1 with no failed request"))
+if most > 1 and max(reps) >= most:
+    print(f"   NOTE: the run reached DEMO_MAX ({most}): the signal asked for more than the ceiling")
 sys.exit(0 if ok else 1)
 EOF

@@ -126,7 +126,11 @@ async fn sweep(replicas: usize, fractions: &[f64]) {
         let r = rate / (cap * U);
         let ok = if r < 1.5 { (signal - r).abs() <= 0.25 } else { (signal - r).abs() / r <= 0.15 };
         eprintln!("{replicas} workers, {:.0} % of C: signal {signal:.2}, R {r:.2}, demand {demand:.0}/s", f * 100.0);
-        assert!(ok, "{replicas} workers at {:.0} % of C ({rate:.0} q/s, measured {demand:.0}): signal {signal:.2}, R {r:.2}", f * 100.0);
+        assert!(
+            ok,
+            "{replicas} workers at {:.0} % of C ({rate:.0} q/s, measured {demand:.0}): signal {signal:.2}, R {r:.2}",
+            f * 100.0
+        );
     }
     assert_eq!(odd.load(Ordering::Relaxed), 0, "every answer was a 200 or a 429");
 }

@@ -133,6 +133,11 @@ struct RunArgs {
     /// A worker argument (repeatable; `--listen 127.0.0.1:0` is added)
     #[arg(long = "worker-arg", allow_hyphen_values = true)]
     worker_args: Vec<String>,
+    /// Place each worker on a device of its own, adding `--device D`: a comma-separated list
+    /// (`cuda:0,cuda:1`), or `gpus` for every GPU of this host (`CUDA_VISIBLE_DEVICES`, else the
+    /// driver's count). A worker starts only on a free device: at most one worker per GPU.
+    #[arg(long, env = "SCALER_WORKER_DEVICES")]
+    worker_devices: Option<String>,
     /// Worker logs: DIR/worker-N.log
     #[arg(long, env = "SCALER_WORKER_LOG_DIR")]
     worker_log_dir: Option<PathBuf>,
@@ -216,6 +221,15 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         log_dir: a.worker_log_dir.clone(),
         start_timeout: Duration::from_secs(60),
         drain_timeout: a.drain_timeout,
+        devices: match a.worker_devices.as_deref() {
+            None => Vec::new(),
+            Some("gpus") => {
+                let gpus = scaler::workers::host_gpus();
+                anyhow::ensure!(!gpus.is_empty(), "--worker-devices gpus: this host has no GPU that the driver lists");
+                gpus
+            }
+            Some(list) => list.split(',').map(|d| d.trim().to_owned()).filter(|d| !d.is_empty()).collect(),
+        },
     })?;
     let mut out = SeriesWriter::open(a.series.as_deref())?;
     let b = &ctl.spec.behavior;

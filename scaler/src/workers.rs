@@ -34,12 +34,17 @@ pub struct WorkerConfig {
     pub start_timeout: Duration,
     /// How long a SIGTERMed worker may drain before SIGKILL.
     pub drain_timeout: Duration,
+    /// Devices to place workers on, one worker each (`--device D` is added): a worker starts
+    /// only on a device no running or draining worker holds. Empty: no placement.
+    pub devices: Vec<String>,
 }
 
 struct Worker {
     n: u32,
     url: String,
     child: Child,
+    /// The device it was placed on (`--device`), if any.
+    device: Option<String>,
 }
 
 /// What happened to a worker that left (for the log).
@@ -48,18 +53,21 @@ pub struct Left {
     pub n: u32,
     pub url: String,
     pub outcome: String,
+    pub device: Option<String>,
 }
 
 pub struct Workers {
     cfg: WorkerConfig,
     running: Vec<Worker>,
     leaving: JoinSet<Left>,
+    /// Devices of the workers still draining (free again once they have exited).
+    draining_devices: Vec<String>,
     next: u32,
 }
 
 impl Workers {
     pub fn new(cfg: WorkerConfig) -> anyhow::Result<Self> {
-        let w = Self { cfg, running: Vec::new(), leaving: JoinSet::new(), next: 1 };
+        let w = Self { cfg, running: Vec::new(), leaving: JoinSet::new(), draining_devices: Vec::new(), next: 1 };
         w.write_file()?;
         Ok(w)
     }
@@ -84,10 +92,19 @@ impl Workers {
         let have = self.count();
         if n > have {
             let mut starting = JoinSet::new();
+            let mut free = self.free_devices();
             for _ in have..n {
+                let device = if self.cfg.devices.is_empty() {
+                    None
+                } else if free.is_empty() {
+                    eprintln!("scaler: no free device for another worker (of {:?})", self.cfg.devices);
+                    break;
+                } else {
+                    Some(free.remove(0))
+                };
                 let (num, cfg) = (self.next, self.cfg.clone());
                 self.next += 1;
-                starting.spawn(async move { (num, start(&cfg, num).await) });
+                starting.spawn(async move { (num, start(&cfg, num, device).await) });
             }
             while let Some(done) = starting.join_next().await {
                 match done {
@@ -110,6 +127,7 @@ impl Workers {
             }
             for w in gone {
                 let cfg = self.cfg.clone();
+                self.draining_devices.extend(w.device.clone());
                 self.leaving.spawn(leave(cfg, w));
             }
         }
@@ -121,10 +139,26 @@ impl Workers {
         let mut out = Vec::new();
         while let Some(r) = self.leaving.try_join_next() {
             if let Ok(l) = r {
+                self.release(&l);
                 out.push(l);
             }
         }
         out
+    }
+
+    /// The configured devices no running or draining worker holds, in order.
+    fn free_devices(&self) -> Vec<String> {
+        let held =
+            |d: &String| self.running.iter().any(|w| w.device.as_ref() == Some(d)) || self.draining_devices.contains(d);
+        self.cfg.devices.iter().filter(|d| !held(d)).cloned().collect()
+    }
+
+    fn release(&mut self, l: &Left) {
+        if let Some(d) = &l.device
+            && let Some(i) = self.draining_devices.iter().position(|x| x == d)
+        {
+            self.draining_devices.remove(i);
+        }
     }
 
     /// Every worker leaves (the file emptied first), and all are waited for.
@@ -133,6 +167,7 @@ impl Workers {
         let mut out = Vec::new();
         while let Some(r) = self.leaving.join_next().await {
             if let Ok(l) = r {
+                self.release(&l);
                 out.push(l);
             }
         }
@@ -152,9 +187,12 @@ impl Workers {
     }
 }
 
-async fn start(cfg: &WorkerConfig, n: u32) -> anyhow::Result<Worker> {
+async fn start(cfg: &WorkerConfig, n: u32, device: Option<String>) -> anyhow::Result<Worker> {
     let mut cmd = Command::new(&cfg.bin);
     cmd.args(&cfg.args).args(["--listen", "127.0.0.1:0"]);
+    if let Some(d) = &device {
+        cmd.args(["--device", d]);
+    }
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).kill_on_drop(true);
     let log = match &cfg.log_dir {
         Some(dir) => {
@@ -195,7 +233,18 @@ async fn start(cfg: &WorkerConfig, n: u32) -> anyhow::Result<Worker> {
             }
         }
     });
-    Ok(Worker { n, url, child })
+    Ok(Worker { n, url, child, device })
+}
+
+/// The GPUs of this host as worker devices, `cuda:0` .. `cuda:N-1`: N is the count in
+/// `CUDA_VISIBLE_DEVICES` when set, else the driver's (`/proc/driver/nvidia/gpus`, one folder a
+/// GPU). None without a driver.
+pub fn host_gpus() -> Vec<String> {
+    let n = match std::env::var("CUDA_VISIBLE_DEVICES") {
+        Ok(v) => v.split(',').filter(|d| !d.trim().is_empty()).count(),
+        Err(_) => std::fs::read_dir("/proc/driver/nvidia/gpus").map_or(0, |d| d.count()),
+    };
+    (0..n).map(|i| format!("cuda:{i}")).collect()
 }
 
 /// Out of the file already: wait until the gateway stops routing, then SIGTERM and wait.
@@ -205,7 +254,7 @@ async fn leave(cfg: WorkerConfig, mut w: Worker) -> Left {
         Ok(s) => format!("{routed_until}; SIGTERM, drained, exited {s}"),
         Err(e) => format!("{routed_until}; {e}"),
     };
-    Left { n: w.n, url: w.url, outcome }
+    Left { n: w.n, url: w.url, outcome, device: w.device }
 }
 
 async fn wait_unrouted(cfg: &WorkerConfig, url: &str) -> String {
