@@ -157,3 +157,42 @@ async fn one_worker_reads_its_load_from_a_trickle_to_overload() {
 async fn three_workers_read_the_same_load_as_one() {
     sweep(3, &[0.1, 0.5, 1.5]).await;
 }
+
+/// Two gateway replicas over the same workers, each taking half the load: each reads the whole
+/// pool's demand (its own, plus what the workers counted from the other), as the HPA may read
+/// either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateway_replicas_each_read_the_whole_demand() {
+    let workers = futures_join(2).await;
+    let (gw1, admin1) = start_gateway(&workers).await;
+    let (gw2, admin2) = start_gateway(&workers).await;
+    let c = client();
+    wait_calibrated(&c, &admin1, 2).await;
+    wait_calibrated(&c, &admin2, 2).await;
+    let cap = capacity();
+    let rate = 0.8 * cap;
+    let odd = Arc::new(AtomicU64::new(0));
+    let mut loads = Vec::new();
+    for gw in [&gw1, &gw2] {
+        let (c, url, odd) = (c.clone(), gw.at("/predict"), odd.clone());
+        loads.push(tokio::spawn(async move { open_loop(&c, &url, rate / 2.0, Duration::from_secs(6), &odd).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let ((s1, d1), (s2, d2)) = tokio::join!(
+        signal_median(&c, &admin1, Duration::from_secs(2)),
+        signal_median(&c, &admin2, Duration::from_secs(2))
+    );
+    for l in loads {
+        l.await.unwrap();
+    }
+    let r = rate / (cap * U);
+    eprintln!("two gateways at {rate:.0} q/s: signals {s1:.2} and {s2:.2} (demand {d1:.0}, {d2:.0}), R {r:.2}");
+    for (s, d) in [(s1, d1), (s2, d2)] {
+        assert!(
+            (s - r).abs() <= 0.25,
+            "signal {s:.2} (demand {d:.0}/s) against R {r:.2}: one gateway saw only its half"
+        );
+        assert!((d - rate).abs() / rate < 0.15, "demand {d:.0}/s against {rate:.0}");
+    }
+    assert_eq!(odd.load(Ordering::Relaxed), 0);
+}

@@ -171,8 +171,8 @@ mod tests {
         Admission::new(&cfg, m)
     }
 
-    const LIGHT: Cost = Cost { tokens: 10, heavy: false, scale: 1.0 };
-    const HEAVY: Cost = Cost { tokens: 1000, heavy: true, scale: 4.0 };
+    const LIGHT: Cost = Cost { tokens: 10, heavy: false, scale: 1.0, queries: 1 };
+    const HEAVY: Cost = Cost { tokens: 1000, heavy: true, scale: 4.0, queries: 8 };
 
     #[test]
     fn the_bound_refuses_at_once_and_frees_on_drop() {

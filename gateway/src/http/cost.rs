@@ -34,7 +34,7 @@ pub(crate) fn estimate(cfg: &Config, query: Option<&str>, body: &[u8]) -> Cost {
     let tokens = if body.is_empty() { from_query(cfg, query.unwrap_or("")) } else { from_body(cfg, body) };
     let heavy = tokens > cfg.heavy_request_tokens;
     let scale = if heavy { tokens as f64 / cfg.heavy_request_tokens.max(1) as f64 } else { 1.0 };
-    Cost { tokens: tokens.max(1), heavy, scale }
+    Cost { tokens: tokens.max(1), heavy, scale, queries: if body.is_empty() { 1 } else { query_count(body) } }
 }
 
 fn from_query(cfg: &Config, raw: &str) -> u64 {

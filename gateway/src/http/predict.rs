@@ -86,7 +86,7 @@ where
     let found = state.pools.get(pool);
     // Demand is counted before admission: what is refused was asked for all the same.
     if let Some(p) = &found {
-        p.offer(super::cost::query_count(&inc.body));
+        p.offer(inc.cost.queries);
     }
     let _admitted = state.admission.admit(inc.cost)?;
     let Some(pool) = found else {

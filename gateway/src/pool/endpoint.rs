@@ -93,6 +93,35 @@ impl Snapshot {
     }
 }
 
+/// Other clients' queries at a worker: what it counted (admitted or refused) beyond what this
+/// gateway sent it, from the difference at the first reading. Our queries in flight at a reading
+/// are ours on one side only: the total never decreases, so they can count as theirs once (a
+/// bounded, one-off error). A worker's restart (its count going back) starts a new baseline.
+#[derive(Debug, Default)]
+struct Foreign {
+    /// `worker_total - ours` at the first reading, and the worker's count then.
+    baseline: Option<(i128, u64)>,
+    /// Their queries since: never decreasing.
+    total: u64,
+}
+
+impl Foreign {
+    fn observe(&mut self, worker_total: u64, ours: u64) {
+        let diff = i128::from(worker_total) - i128::from(ours);
+        match self.baseline {
+            Some((base, last)) if worker_total >= last => {
+                let theirs = u64::try_from((diff - base).max(0)).unwrap_or(u64::MAX);
+                self.total = self.total.max(theirs);
+                self.baseline = Some((base, worker_total));
+            }
+            // First reading, or the worker restarted: a new baseline; the total so far stays.
+            _ => {
+                self.baseline = Some((diff - i128::from(self.total), worker_total));
+            }
+        }
+    }
+}
+
 /// The latency estimate's settings: where it starts (`--default-rtt`), its decay
 /// (`--rtt-decay`) and its bound (the request deadline, `--request-timeout`).
 #[derive(Debug, Clone, Copy)]
@@ -120,6 +149,11 @@ pub(crate) struct Endpoint {
     /// Monitoring calls timed out in a row.
     poll_timeouts: AtomicU32,
     outstanding: AtomicU64,
+    /// Queries this gateway has sent to the worker since it was added (retries included).
+    sent_queries: AtomicU64,
+    /// Queries other clients sent the worker (its admitted plus refused, less ours), since the
+    /// first snapshot: other gateway replicas' share of the demand.
+    foreign: Mutex<Foreign>,
     rtt: Mutex<PeakEwma>,
     /// A refusal or a failure raised the estimate since its last answer: the next answer
     /// restarts it (the worker answers again; what the penalties guessed no longer holds).
@@ -187,6 +221,8 @@ impl Endpoint {
             failures: AtomicU32::new(0),
             poll_timeouts: AtomicU32::new(0),
             outstanding: AtomicU64::new(0),
+            sent_queries: AtomicU64::new(0),
+            foreign: Mutex::new(Foreign::default()),
             rtt: Mutex::new(PeakEwma::new(rtt.default, rtt.cap, Instant::now())),
             penalized: AtomicBool::new(false),
             default_rtt: rtt.default,
@@ -369,6 +405,16 @@ impl Endpoint {
         self.outstanding.load(Ordering::Acquire)
     }
 
+    /// `n` queries sent to the worker (an attempt).
+    pub(crate) fn sent(&self, n: u64) {
+        self.sent_queries.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Queries other clients have sent the worker since the gateway first read its stats.
+    pub(crate) fn foreign_queries(&self) -> u64 {
+        self.foreign.lock().map_or(0, |f| f.total)
+    }
+
     /// Count a request as outstanding until the guard drops.
     pub(crate) fn start(self: &Arc<Self>) -> InFlight {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
@@ -414,6 +460,9 @@ impl Endpoint {
     }
 
     pub(crate) fn store_snapshot(&self, stats: &StatsView) {
+        if let (Some(worker_total), Ok(mut f)) = (stats.offered_total(), self.foreign.lock()) {
+            f.observe(worker_total, self.sent_queries.load(Ordering::Relaxed));
+        }
         let snap = Snapshot {
             at: Instant::now(),
             reported_queue: stats.reported_queue(),
@@ -463,6 +512,28 @@ impl Drop for InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn other_clients_queries_are_what_the_worker_counted_beyond_ours() {
+        let mut f = Foreign::default();
+        // First reading: 10 in flight of ours not yet counted by the worker; 500 from before.
+        f.observe(500, 10);
+        assert_eq!(f.total, 0);
+        // We sent 100 more, the worker counted 100 + 10 of ours + 40 of another gateway's: the
+        // 10 of ours in flight at the first reading count as theirs, once.
+        f.observe(650, 110);
+        assert_eq!(f.total, 50);
+        // Our requests in flight make the difference dip: the total never goes back.
+        f.observe(660, 130);
+        assert_eq!(f.total, 50);
+        f.observe(700, 130);
+        assert_eq!(f.total, 80);
+        // The worker restarted (its count went back): a new baseline, the total kept.
+        f.observe(5, 135);
+        assert_eq!(f.total, 80);
+        f.observe(30, 140);
+        assert_eq!(f.total, 100, "20 more of theirs after the restart");
+    }
 
     const RTT: Rtt =
         Rtt { default: Duration::from_millis(30), decay: Duration::from_secs(10), cap: Duration::from_secs(10) };

@@ -18,6 +18,10 @@ pub(crate) struct StatsView {
     pub(crate) draining: bool,
     pub(crate) queue: QueueView,
     pub(crate) gpu: GpuView,
+    /// Request rates and totals, where the worker reports them (read leniently: only two
+    /// totals are used, and a change of its shape must not blind the gateway).
+    #[serde(default)]
+    pub(crate) rates: serde_json::Value,
     /// The worker's capacity, where it reports one (an additive field of schema version 1).
     #[serde(default)]
     pub(crate) capacity: Option<CapacityView>,
@@ -100,6 +104,12 @@ impl StatsView {
             (None, None) => None,
             (q, f) => Some(q.unwrap_or(0) + f.unwrap_or(0)),
         }
+    }
+
+    /// Queries the worker has counted since it started, admitted or refused.
+    pub(crate) fn offered_total(&self) -> Option<u64> {
+        let admitted = self.rates.get("admitted_total")?.as_u64()?;
+        Some(admitted.saturating_add(self.rates.get("rejected_total").and_then(|v| v.as_u64()).unwrap_or(0)))
     }
 
     /// The worker's capacity in queries per second and the queries its full batches hold (rows

@@ -46,6 +46,8 @@ pub(crate) struct Cost {
     pub(crate) heavy: bool,
     /// Its per-attempt timeout's scale: tokens over `--heavy-request-tokens`, at least 1.
     pub(crate) scale: f64,
+    /// Its queries (the signal's unit of demand).
+    pub(crate) queries: u64,
 }
 
 /// What the client gets if the request is not retried.
@@ -145,6 +147,7 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
 async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: (Instant, bool)) -> Attempt {
     let ctx = pool.ctx();
     let _in_flight = ep.start();
+    ep.sent(req.cost.queries);
     let out = Outgoing {
         method: &req.method,
         path_and_query: req.path_and_query.as_str(),

@@ -33,6 +33,8 @@ pub(crate) fn spawn(pools: Weak<Pools>, ctx: Arc<Ctx>) -> JoinHandle<()> {
                     smoother: Smoother::new(cfg.signal_rise, cfg.signal_fall),
                     demand: DemandMeter::new(cfg.demand_window),
                     capacity: None,
+                    foreign_seen: HashMap::new(),
+                    foreign: 0,
                 });
                 let s = compute(&pool, &ctx, state, now);
                 pool.publish_signal(s);
@@ -47,6 +49,10 @@ struct PoolState {
     demand: DemandMeter,
     /// The last capacity the pool's fresh workers reported: held while none reports one.
     capacity: Option<f64>,
+    /// Each worker's count of other clients' queries at the last step ...
+    foreign_seen: HashMap<String, u64>,
+    /// ... and their sum over the pool's life (it only grows, as workers come and go).
+    foreign: u64,
 }
 
 /// One step of a pool's signal: read every worker, update held pressures and gauges.
@@ -60,8 +66,18 @@ fn compute(pool: &Pool, ctx: &Ctx, state: &mut PoolState, now: Instant) -> PoolS
         drain_horizon_s: cfg.drain_horizon.as_secs_f64(),
         gpu_saturation_pct: cfg.gpu_saturation,
     };
-    let demand_per_s = state.demand.update(pool.offered(), now);
     let endpoints = pool.endpoints();
+    // Demand: what reached this gateway, and what other clients (other gateway replicas) sent
+    // the workers, as the workers count it.
+    let mut seen = HashMap::with_capacity(endpoints.len());
+    for ep in endpoints.iter() {
+        let theirs = ep.foreign_queries();
+        let before = state.foreign_seen.get(&ep.url).copied().unwrap_or(0);
+        state.foreign += theirs.saturating_sub(before);
+        seen.insert(ep.url.clone(), theirs.max(before));
+    }
+    state.foreign_seen = seen;
+    let demand_per_s = state.demand.update(pool.offered() + state.foreign, now);
     let mut pressures = Vec::with_capacity(endpoints.len());
     let mut loads = Vec::with_capacity(endpoints.len());
     let mut ready = 0;
