@@ -17,6 +17,9 @@
 # scale-down; DEMO_RATES ("R1 R2 ...": requests/s of the steps; default: from one worker's
 # measured capacity, peaking at 1.2x it, which needs 2 replicas at the gateway's default target
 # utilization of 0.7); DEMO_MAX (4) most workers, a ceiling the run should not reach;
+# DEMO_STEPS ("0.15 0.4 0.8 1.2 0.8 0.4") the steps as fractions of the measured capacity;
+# DEMO_PROBE_CLIENTS (64) the probe's closed-loop clients (two full batches of the worker);
+# DEMO_LOADTEST_ARGS ("--threads 1") the load generator's own flags;
 # DEMO_SYNC (2s) the scaler's sync period; DEMO_GATEWAY_ARGS extra gateway flags (none: the
 # signal runs on its defaults);
 # DEMO_OUT (target/demo) where the report goes; DEMO_BIN_DIR: take the binaries from there and do
@@ -31,6 +34,9 @@ tail_s=${DEMO_TAIL_S:-45}
 max=${DEMO_MAX:-4}
 sync=${DEMO_SYNC:-2s}
 read -r -a gateway_args <<<"${DEMO_GATEWAY_ARGS:-}"
+read -r -a loadtest_args <<<"${DEMO_LOADTEST_ARGS:---threads 1}"
+steps=${DEMO_STEPS:-0.15 0.4 0.8 1.2 0.8 0.4}
+probe_clients=${DEMO_PROBE_CLIENTS:-64}
 devices=()
 [ -n "${DEMO_WORKER_DEVICES:-}" ] && devices=(--worker-devices "$DEMO_WORKER_DEVICES")
 out=${DEMO_OUT:-target/demo}
@@ -88,20 +94,20 @@ if [ -n "${DEMO_RATES:-}" ]; then
   rates=$DEMO_RATES
 else
   echo "== one worker's capacity through a gateway, to size the load steps (a worker and a gateway of"
-  echo "   their own; closed loop, 64 clients: two of the worker's full batches; 4 s after 2 s of warm-up)"
+  echo "   their own; closed loop, $probe_clients clients: two of the worker's full batches; 4 s after 2 s of warm-up)"
   probe_device=()
   [ -n "${DEMO_WORKER_DEVICES:-}" ] && probe_device=(--device cuda:0)
   start_listening "$work/probe-worker" "$bin/worker" --listen 127.0.0.1:0 "${worker_args[@]}" "${probe_device[@]}"
   probe_worker=$started_pid
   start_listening "$work/probe-gateway" "$bin/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --worker "$started_url"
   probe_gateway=$started_pid
-  cap=$("$bin/loadtest" --url "$started_url" -c 64 -d 4s --warmup 2s --json |
+  cap=$("$bin/loadtest" --url "$started_url" -c "$probe_clients" -d 4s --warmup 2s --json "${loadtest_args[@]}" |
     python3 -c 'import json,sys; print(int(json.loads(sys.stdin.readline())["throughput_per_s"]))')
   kill -TERM "$probe_gateway" "$probe_worker"; wait "$probe_gateway" "$probe_worker" 2>/dev/null || true
   echo "   $cap requests/s"
   # The peak step is 1.2x the measured figure: on a small shared machine the probe can read 10 %
   # low, and a peak within the real capacity queues nothing, so nothing scales.
-  rates=$(python3 -c "c=$cap; print(' '.join(str(max(1, round(c*f))) for f in (0.15, 0.4, 0.8, 1.2, 0.8, 0.4)))")
+  rates=$(python3 -c "import sys; c=$cap; print(' '.join(str(max(1, round(c*float(f)))) for f in sys.argv[1].split()))" "$steps")
 fi
 
 echo "== the scaler: the HPA's request, algorithm and behavior (scripts/demo-behavior.yaml), 1..$max workers"
@@ -143,9 +149,9 @@ low=${rates%% *}
 profile="steps($rates, ${step_s}s), const($low, ${tail_s}s)"
 # R, the replicas each step needs at the gateway's target utilization u (0.7 unless
 # DEMO_GATEWAY_ARGS sets it): load / (C x u), C the probe's measured capacity (with DEMO_RATES,
-# the peak rate / 1.2). Drawn beside the replicas in the report.
+# the peak rate over the peak of DEMO_STEPS). Drawn beside the replicas in the report.
 u=$(python3 -c 'import sys; a=sys.argv[1:]; print(a[a.index("--target-utilization")+1] if "--target-utilization" in a else 0.7)' "${gateway_args[@]}")
-capacity=${cap:-$(python3 -c 'import sys; print(max(map(float, sys.argv[1].split())) / 1.2)' "$rates")}
+capacity=${cap:-$(python3 -c 'import sys; print(max(map(float, sys.argv[1].split())) / max(map(float, sys.argv[2].split())))' "$rates" "$steps")}
 needs=$work/needs.jsonl
 python3 scripts/lib/needs.py "$needs" "$rates" "$step_s" "$tail_s" "$capacity" "$u"
 
@@ -156,7 +162,7 @@ echo "   the scaler's series; [scaler] lines: its decisions (time UTC, metric, c
 tail -n 0 -f "$work/scaler.stdout" > >(sed -u 's/^/   [scaler] /') &
 tail_pid=$!
 pids+=("$tail_pid")
-"$bin/loadtest" --url "$gw" --rate "$profile" --warmup 0s --threads 1 --progress always \
+"$bin/loadtest" --url "$gw" --rate "$profile" --warmup 0s "${loadtest_args[@]}" --progress always \
   --gateway-admin "$gw_admin" --pool default --series "$series" --series "$needs" \
   --report "$out/demo-report.html" --summary "$out/demo-run.json" --title "Autoscaling demo: gateway signal -> HPA algorithm -> workers" |
   cat

@@ -13,11 +13,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ -z "${NO_BUILD:-}" ]; then
-  cargo build --release -p worker -p gateway -p loadtest
+  cargo build --release -p worker -p gateway -p loadtest -p scaler
   cargo build --release -p worker --example fake_worker
 fi
 mkdir -p .gpu/app
-for b in worker gateway loadtest examples/fake_worker; do
+for b in worker gateway loadtest scaler examples/fake_worker; do
   objcopy --strip-debug "target/release/$b" ".gpu/app/$(basename "$b")"
 done
 git rev-parse --short HEAD >.gpu/app/commit.txt
