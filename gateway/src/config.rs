@@ -190,7 +190,7 @@ pub struct Config {
     pub listener: listener::ListenerArgs<listener::GatewayEnv>,
 
     #[command(flatten)]
-    pub metrics_api: crate::metrics_api::MetricsApiConfig,
+    pub metrics_api: metrics_api::MetricsApiConfig,
 }
 
 impl Config {

@@ -4,16 +4,14 @@
 //! open keep working, no request fails; a bad new pair (a key that does not match) keeps the
 //! current certificate and is counted.
 
-mod common;
-mod metrics_api_support;
+mod support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::wait_for;
-use metrics_api_support::*;
+use support::*;
 
 /// Write a new version of the Secret and swap `..data` to it atomically.
 fn publish(dir: &Path, version: u32, cert: &str, key: &str) {
@@ -124,6 +122,6 @@ async fn rotated_certificate_is_served_to_new_connections_without_failing_a_requ
     eprintln!("{} requests, none failed", done.load(Ordering::SeqCst));
 }
 
-fn result(r: &str) -> gateway::metrics_api::ResultLabels {
-    gateway::metrics_api::ResultLabels { result: r.to_owned() }
+fn result(r: &str) -> metrics_api::ResultLabels {
+    metrics_api::ResultLabels { result: r.to_owned() }
 }

@@ -1,10 +1,13 @@
-//! The Kubernetes external metrics API (`external.metrics.k8s.io/v1beta1`), served from the
-//! pools' published signals on its own HTTPS listener, secured as kube-apiserver's aggregation
-//! layer expects of an extension API server. See `docs/metrics-api.md`.
+//! The Kubernetes external metrics API (`external.metrics.k8s.io/v1beta1`), served from a
+//! provider's pools on its own HTTPS listener, secured as kube-apiserver's aggregation layer
+//! expects of an extension API server. See `docs/metrics-api.md`.
 //!
-//! The gateway reaches it through three things: [`MetricsApiConfig`] (flattened into its
-//! command line), [`spawn`] (called from `run` with the pools as a [`PoolSource`]) and
-//! [`ApiMetrics`] (registered into its Prometheus registry).
+//! Like kubernetes-sigs/custom-metrics-apiserver, the library keeps TLS, authentication,
+//! authorization and flags; an adapter implements only the provider. A server reaches it
+//! through four things: [`MetricsApiConfig`] (flattened into its command line), [`spawn`]
+//! (with its pools as a [`PoolSource`], the provider trait), [`ApiMetrics`] (registered into
+//! its Prometheus registry) and [`Error`] (what stops it from starting). The gateway's provider
+//! is `gateway/src/provider.rs`.
 //!
 //! - `app`: routes and the authentication/authorization guard; `values`, `discovery`,
 //!   `openapi`, `doc`: what is served; `selector`: label selectors; `status`: refusals as
@@ -12,6 +15,7 @@
 //! - `authn`, `trust`: who is asking (client and front-proxy certificates, the CA sources);
 //!   `request_info`, `authz`: what they ask and whether they may (SubjectAccessReview + cache).
 //! - `tls`, `reload`, `server`: the TLS listener and certificate rotation.
+#![forbid(unsafe_code)]
 
 mod app;
 mod authn;
@@ -44,17 +48,36 @@ pub use config::{AuthorizationMode, MetricsApiConfig};
 pub use metrics::{ApiMetrics, ResultLabels};
 pub use source::{PoolSource, PoolView};
 
-use crate::error::StartError;
-use crate::task::AbortOnDrop;
 use reload::{Files, RequestHeaderFlags};
 use trust::{Slots, TrustStore};
 
 /// How long one SubjectAccessReview may take.
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A startup error of the API (bad flags or files), as the gateway reports configuration errors.
-fn cfg_err(e: String) -> StartError {
-    StartError::Config(format!("metrics API: {e}"))
+/// What stops the API from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad flags or files.
+    #[error("invalid configuration: metrics API: {0}")]
+    Config(String),
+    /// The listener could not be bound.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A startup error of the API (bad flags or files).
+fn cfg_err(e: String) -> Error {
+    Error::Config(e)
+}
+
+/// Aborts a background task when dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The running API: its address and its tasks (stopped when dropped).
@@ -65,7 +88,7 @@ pub struct MetricsApi {
     _tasks: Vec<AbortOnDrop>,
 }
 
-async fn kube_client(kubeconfig: Option<&Path>, what: &str) -> Result<Option<kube::Client>, StartError> {
+async fn kube_client(kubeconfig: Option<&Path>, what: &str) -> Result<Option<kube::Client>, Error> {
     let bad = |e: String| cfg_err(format!("{what}: {e}"));
     let config = match kubeconfig {
         Some(path) => {
@@ -88,7 +111,7 @@ pub async fn spawn(
     cfg: &MetricsApiConfig,
     source: Arc<dyn PoolSource>,
     metrics: ApiMetrics,
-) -> Result<Option<MetricsApi>, StartError> {
+) -> Result<Option<MetricsApi>, Error> {
     let Some(listen) = cfg.metrics_api_listen else { return Ok(None) };
     let provider = tls::provider();
 

@@ -31,7 +31,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
-use gateway::metrics_api::{ApiMetrics, MetricsApi, PoolSource, PoolView};
+use metrics_api::{ApiMetrics, MetricsApi, MetricsApiConfig, PoolSource, PoolView};
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
@@ -388,16 +388,22 @@ pub fn pool(name: &str, namespace: &str, labels: &[(&str, &str)], signal: f64) -
 }
 
 /// The API's flags with defaults, listening on 127.0.0.1:0.
-pub fn api_config(args: &[&str]) -> gateway::metrics_api::MetricsApiConfig {
+pub fn api_config(args: &[&str]) -> MetricsApiConfig {
     use clap::Parser;
-    let mut all = vec!["gateway", "--metrics-api-listen", "127.0.0.1:0"];
+    /// The flags as a server flattens them into its command line.
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        api: MetricsApiConfig,
+    }
+    let mut all = vec!["server", "--metrics-api-listen", "127.0.0.1:0"];
     all.extend_from_slice(args);
-    gateway::Config::parse_from(all).metrics_api
+    Flags::parse_from(all).api
 }
 
 pub async fn start_api(args: &[&str], source: Arc<dyn PoolSource>) -> (MetricsApi, ApiMetrics) {
     let metrics = ApiMetrics::default();
-    let api = gateway::metrics_api::spawn(&api_config(args), source, metrics.clone())
+    let api = metrics_api::spawn(&api_config(args), source, metrics.clone())
         .await
         .expect("metrics API starts")
         .expect("enabled");
@@ -478,4 +484,75 @@ pub fn insecure_client_config(identity: &Identity) -> Arc<rustls::ClientConfig> 
 pub fn fingerprint(der: &CertificateDer<'_>) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
     d.as_ref().iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":")
+}
+
+/// The API's group and version path.
+pub const V: &str = "/apis/external.metrics.k8s.io/v1beta1";
+
+/// The external metric marker for decoding with the `k8s-metrics` crate.
+pub struct Served;
+impl k8s_metrics::external_metrics::ExternalMetric for Served {
+    const KIND: &'static str = "ExternalMetricValue";
+    const URL_PATH_SEGMENT: &'static str = "gateway_pool_signal";
+}
+pub type List = k8s_metrics::external_metrics::v1beta1::ExternalMetricValueList<Served>;
+
+/// Decode with the `k8s-metrics` types (what a Rust client decodes; the same fields as the
+/// HPA's Go types) and check that re-encoding gives back exactly what was served.
+pub fn decode(a: &Answer) -> List {
+    assert_eq!(a.status, StatusCode::OK, "{:?}", a.body);
+    let list: List = serde_json::from_slice(&a.raw).unwrap_or_else(|e| panic!("{e}: {}", a.body));
+    assert_eq!(serde_json::to_value(&list).unwrap(), a.body, "re-encoded differently");
+    list
+}
+
+/// The three CAs of a test (serving, front proxy, clients) and its folder.
+pub struct Pki {
+    pub server_ca: Ca,
+    pub proxy_ca: Ca,
+    pub client_ca: Ca,
+    pub dir: TempDir,
+}
+
+impl Pki {
+    pub fn new(tag: &str) -> Self {
+        Self {
+            server_ca: Ca::new("serving-ca"),
+            proxy_ca: Ca::new("front-proxy-ca"),
+            client_ca: Ca::new("client-ca"),
+            dir: TempDir::new(tag),
+        }
+    }
+
+    /// `--tls-cert-file X --tls-private-key-file Y`.
+    pub fn serving_args(&self) -> Vec<String> {
+        let id = self.server_ca.server();
+        vec![
+            "--tls-cert-file".into(),
+            path_str(&self.dir.write("tls.crt", &id.cert_pem)),
+            "--tls-private-key-file".into(),
+            path_str(&self.dir.write("tls.key", &id.key_pem)),
+        ]
+    }
+
+    pub fn proxy(&self, cn: &str) -> Arc<rustls::ClientConfig> {
+        client_config(&self.server_ca, Some(&self.proxy_ca.client(cn, &[])))
+    }
+
+    pub fn client(&self, cn: &str, groups: &[&str]) -> Arc<rustls::ClientConfig> {
+        client_config(&self.server_ca, Some(&self.client_ca.client(cn, groups)))
+    }
+}
+
+pub fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Wait (10 s at most) until `cond` holds.
+pub async fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
