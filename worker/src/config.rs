@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Parser;
 
 pub use crate::backend::Device;
+pub use crate::backend::ort::{ArenaExtend, ConvAlgoSearch, CudaSync};
 
 /// GPU inference worker: serves an ONNX sequence classifier over HTTP with dynamic batching.
 #[derive(Debug, Clone, Parser)]
@@ -219,30 +220,6 @@ pub enum Toggle {
     Auto,
     On,
     Off,
-}
-
-/// The CUDA provider's `cudnn_conv_algo_search`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ConvAlgoSearch {
-    Exhaustive,
-    Heuristic,
-    Default,
-}
-
-/// `--cuda-sync`: how the backend thread waits for the GPU (`cuda_sched::CudaSync`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CudaSync {
-    Auto,
-    Spin,
-    Yield,
-    Blocking,
-}
-
-/// The CUDA provider's `arena_extend_strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ArenaExtend {
-    NextPowerOfTwo,
-    SameAsRequested,
 }
 
 impl Config {

@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod batching;
+pub mod class;
 pub mod config;
 pub mod core;
 pub mod http;

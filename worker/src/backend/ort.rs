@@ -11,7 +11,6 @@ use ort::session::{IoBinding, NoSelectedOutputs, RunOptions, Session, SessionInp
 use ort::value::{Tensor, TensorElementType, TensorRef, ValueType};
 
 use super::{Backend, BackendError, Device, InputBatch, ShapeBuckets};
-use crate::config::{ArenaExtend, ConvAlgoSearch, CudaSync};
 
 /// The graph's input names, discovered from the model.
 #[derive(Debug, Clone)]
@@ -41,6 +40,30 @@ fn buffers(
         }
     }
     Ok(buffers)
+}
+
+/// The CUDA provider's `cudnn_conv_algo_search`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConvAlgoSearch {
+    Exhaustive,
+    Heuristic,
+    Default,
+}
+
+/// `--cuda-sync`: how the backend thread waits for the GPU (`cuda_sched::CudaSync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CudaSync {
+    Auto,
+    Spin,
+    Yield,
+    Blocking,
+}
+
+/// The CUDA provider's `arena_extend_strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArenaExtend {
+    NextPowerOfTwo,
+    SameAsRequested,
 }
 
 /// How a session is made: the worker's ONNX Runtime flags (`Config::session_options`), each

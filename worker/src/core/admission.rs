@@ -28,28 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use wire::QueueStats;
 
 use crate::batching::Limits;
-
-/// A request's class, and the lane its queries run in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Class {
-    Light,
-    Heavy,
-}
-
-impl Class {
-    pub const ALL: [Self; 2] = [Self::Light, Self::Heavy];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Light => "light",
-            Self::Heavy => "heavy",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
+pub use crate::class::Class;
 
 /// The capacities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
