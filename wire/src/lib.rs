@@ -1,4 +1,4 @@
-//! JSON wire types shared by the worker, the gateway and the load generator.
+//! JSON wire types shared by the worker, the gateway, the scaler and the load generator.
 //!
 //! Everything here is plain data with `serde` derives, so every party decodes the same bytes the
 //! same way. The schemas are documented in `docs/API.md`; a change that removes or renames a field
@@ -280,6 +280,56 @@ pub struct GpuProcess {
     pub sm_utilization_pct: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_used_bytes: Option<u64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// /v1/signal
+// ---------------------------------------------------------------------------------------------
+
+// The gateway computes these (`gateway/src/signal`) and serves them at `GET /v1/signal` and
+// `GET /pools/{pool}/signal` on its admin port; the scaler and the load generator read them.
+// Fields missing from a document read as their defaults (a reader of an older or newer gateway).
+
+/// What `/v1/signal` serves and the HPA will read later.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PoolSignal {
+    pub pool: String,
+    /// The pool's Kubernetes namespace (`--pool-namespace`, or its Service's).
+    pub namespace: String,
+    /// Replicas the pool needs at target: `max(smoothed raw, blind workers)`.
+    pub signal: f64,
+    /// Some worker's telemetry is stale (the signal holds and will not fall below `blind`).
+    pub stale: bool,
+    pub components: RawSignal,
+    /// Workers receiving traffic now.
+    pub ready_workers: usize,
+    /// Highest device memory used / total among the workers with a fresh GPU reading; `None`
+    /// when no worker has one (CPU workers, no driver): never a zero in place of a reading.
+    pub gpu_memory_used_ratio: Option<f64>,
+    pub targets_queue: f64,
+    pub targets_gpu_pct: f64,
+    pub updated_unix_ms: u64,
+}
+
+/// The unsmoothed pool signal and its parts.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RawSignal {
+    pub raw: f64,
+    /// Sum of the fresh workers' queue terms.
+    pub queue: f64,
+    /// Sum of the fresh workers' GPU terms.
+    pub gpu: f64,
+    /// Sum of the held pressures of stale workers.
+    pub held: f64,
+    /// `backlog / target_queue`.
+    pub backlog: f64,
+    pub workers: usize,
+    /// Workers with stale telemetry: the floor of the signal.
+    pub blind: usize,
+    /// Fresh workers that reported no GPU utilization.
+    pub gpu_missing: usize,
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
+pub use wire::{PoolSignal, RawSignal};
 
 /// What one worker contributes, as read from its endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -84,25 +85,6 @@ pub fn worker_pressure(v: &WorkerView, t: Targets) -> WorkerPressure {
     }
 }
 
-/// The unsmoothed pool signal and its parts.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
-pub struct RawSignal {
-    pub raw: f64,
-    /// Sum of the fresh workers' queue terms.
-    pub queue: f64,
-    /// Sum of the fresh workers' GPU terms.
-    pub gpu: f64,
-    /// Sum of the held pressures of stale workers.
-    pub held: f64,
-    /// `backlog / target_queue`.
-    pub backlog: f64,
-    pub workers: usize,
-    /// Workers with stale telemetry: the floor of the signal.
-    pub blind: usize,
-    /// Fresh workers that reported no GPU utilization.
-    pub gpu_missing: usize,
-}
-
 pub fn pool_raw(workers: &[WorkerPressure], backlog: u64, t: Targets) -> RawSignal {
     let mut s = RawSignal { workers: workers.len(), backlog: backlog as f64 / t.queue, ..Default::default() };
     for w in workers {
@@ -147,27 +129,6 @@ impl Smoother {
         self.state = Some((next, now));
         next
     }
-}
-
-/// What `/v1/signal` serves and the HPA will read later.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct PoolSignal {
-    pub pool: String,
-    /// The pool's Kubernetes namespace (`--pool-namespace`, or its Service's).
-    pub namespace: String,
-    /// Replicas the pool needs at target: `max(smoothed raw, blind workers)`.
-    pub signal: f64,
-    /// Some worker's telemetry is stale (the signal holds and will not fall below `blind`).
-    pub stale: bool,
-    pub components: RawSignal,
-    /// Workers receiving traffic now.
-    pub ready_workers: usize,
-    /// Highest device memory used / total among the workers with a fresh GPU reading; `None`
-    /// when no worker has one (CPU workers, no driver): never a zero in place of a reading.
-    pub gpu_memory_used_ratio: Option<f64>,
-    pub targets_queue: f64,
-    pub targets_gpu_pct: f64,
-    pub updated_unix_ms: u64,
 }
 
 /// The pool signal from the smoothed raw value and the blind floor.
