@@ -1,4 +1,6 @@
-//! JSON wire types shared by the worker, the gateway, the scaler and the load generator.
+//! JSON wire types crossing processes: `/predict`, error bodies and `/v1/stats` (the worker
+//! writes them, the gateway reads them), `/v1/signal` (the gateway writes it, the load generator
+//! reads it).
 //!
 //! Everything here is plain data with `serde` derives, so every party decodes the same bytes the
 //! same way. The schemas are documented in `docs/API.md`; a change that removes or renames a field
@@ -287,28 +289,37 @@ pub struct GpuProcess {
 // ---------------------------------------------------------------------------------------------
 
 // The gateway computes these (`gateway/src/signal`) and serves them at `GET /v1/signal` and
-// `GET /pools/{pool}/signal` on its admin port; the scaler and the load generator read them.
-// Fields missing from a document read as their defaults (a reader of an older or newer gateway).
+// `GET /pools/{pool}/signal` on its admin port; the load generator reads them (the scaler reads
+// the external metrics API instead).
+// Fields missing from a document, but `pool` and `signal`, read as their defaults (a reader of an
+// older or newer gateway).
 
 /// What `/v1/signal` serves and the HPA will read later.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default)]
 pub struct PoolSignal {
     pub pool: String,
     /// The pool's Kubernetes namespace (`--pool-namespace`, or its Service's).
+    #[serde(default)]
     pub namespace: String,
     /// Replicas the pool needs at target: `max(smoothed raw, blind workers)`.
     pub signal: f64,
     /// Some worker's telemetry is stale (the signal holds and will not fall below `blind`).
+    #[serde(default)]
     pub stale: bool,
+    #[serde(default)]
     pub components: RawSignal,
     /// Workers receiving traffic now.
+    #[serde(default)]
     pub ready_workers: usize,
     /// Highest device memory used / total among the workers with a fresh GPU reading; `None`
     /// when no worker has one (CPU workers, no driver): never a zero in place of a reading.
+    #[serde(default)]
     pub gpu_memory_used_ratio: Option<f64>,
+    #[serde(default)]
     pub targets_queue: f64,
+    #[serde(default)]
     pub targets_gpu_pct: f64,
+    #[serde(default)]
     pub updated_unix_ms: u64,
 }
 
