@@ -1,16 +1,19 @@
-//! ONNX Runtime through `ort`, loaded at run time from `libonnxruntime.so`.
+//! ONNX Runtime through `ort`, loaded at run time from `libonnxruntime.so`: the backend, its
+//! model's inputs and output, and plain runs. How a session is built from the worker's flags is
+//! `options`; I/O binding and CUDA graph capture are `binding`.
+
+mod binding;
+mod options;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::path::Path;
 
-use ort::ep::{self, ArbitrarilyConfigurableExecutionProvider};
-use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
-use ort::session::{IoBinding, NoSelectedOutputs, RunOptions, Session, SessionInputValue};
-use ort::value::{Tensor, TensorElementType, TensorRef, ValueType};
+use ort::session::{Session, SessionInputValue};
+use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use super::{Backend, BackendError, Device, InputBatch, ShapeBuckets};
+use binding::{Binding, CAPTURING, Graphs};
+pub use options::{ArenaExtend, ConvAlgoSearch, CudaSync, SessionOptions};
 
 /// The graph's input names, discovered from the model.
 #[derive(Debug, Clone)]
@@ -27,121 +30,6 @@ impl InputNames {
     }
 }
 
-/// One `rows x seq` buffer per input the model has (`None` for those it lacks), from `allocator`.
-fn buffers(
-    names: &InputNames,
-    allocator: &Allocator,
-    (rows, seq): (usize, usize),
-) -> ort::Result<[Option<Tensor<i64>>; 3]> {
-    let mut buffers = [None, None, None];
-    for (buffer, name) in buffers.iter_mut().zip(names.each()) {
-        if name.is_some() {
-            *buffer = Some(Tensor::<i64>::new(allocator, [rows, seq])?);
-        }
-    }
-    Ok(buffers)
-}
-
-/// The CUDA provider's `cudnn_conv_algo_search`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ConvAlgoSearch {
-    Exhaustive,
-    Heuristic,
-    Default,
-}
-
-/// `--cuda-sync`: how the backend thread waits for the GPU (`cuda_sched::CudaSync`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CudaSync {
-    Auto,
-    Spin,
-    Yield,
-    Blocking,
-}
-
-/// The CUDA provider's `arena_extend_strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ArenaExtend {
-    NextPowerOfTwo,
-    SameAsRequested,
-}
-
-/// How a session is made: the worker's ONNX Runtime flags (`Config::session_options`), each
-/// documented in `docs/worker.md`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SessionOptions {
-    pub device: Device,
-    /// 0: ONNX Runtime's choice.
-    pub intra_op_threads: usize,
-    /// 0: ONNX Runtime's choice.
-    pub inter_op_threads: usize,
-    /// `session.{intra,inter}_op.allow_spinning`.
-    pub spinning: bool,
-    /// Run through I/O binding with buffers kept per batch shape.
-    pub io_binding: bool,
-    /// Capture each batch shape's run as a CUDA graph (the provider's `enable_cuda_graph`) and
-    /// replay it: one launch per batch instead of one per kernel. Batches then run through
-    /// buffers on the device kept per shape, which the inputs are copied into. On the CPU the same
-    /// buffers and copies, with nothing captured (what the tests check there).
-    pub cuda_graph: bool,
-    pub conv_algo_search: ConvAlgoSearch,
-    pub copy_in_default_stream: bool,
-    pub arena_extend: ArenaExtend,
-    /// Bytes; 0: no limit.
-    pub mem_limit: usize,
-    /// How the backend thread waits for the GPU.
-    pub cuda_sync: CudaSync,
-}
-
-impl SessionOptions {
-    /// ONNX Runtime's own defaults on `device`, with `threads` intra-op threads (0: its choice).
-    pub fn new(device: Device, threads: usize) -> Self {
-        Self {
-            device,
-            intra_op_threads: threads,
-            inter_op_threads: 0,
-            spinning: true,
-            io_binding: false,
-            cuda_graph: false,
-            conv_algo_search: ConvAlgoSearch::Exhaustive,
-            copy_in_default_stream: true,
-            arena_extend: ArenaExtend::NextPowerOfTwo,
-            mem_limit: 0,
-            cuda_sync: CudaSync::Auto,
-        }
-    }
-}
-
-/// The buffers of one batch shape under I/O binding: inputs written in place each batch (host
-/// buffers), or copied in from host buffers (device buffers, for CUDA graphs); the output bound
-/// once.
-struct Bound {
-    binding: IoBinding,
-    /// By [`InputNames::each`].
-    inputs: [Option<Tensor<i64>>; 3],
-    graph: Option<Graph>,
-}
-
-/// What a shape's CUDA graph needs besides its device buffers: a graph reads and writes the
-/// addresses it was captured with, so each batch is copied into the same buffers.
-struct Graph {
-    /// `gpu_graph_id`: one graph per shape.
-    run_options: RunOptions<NoSelectedOutputs>,
-    /// The copy session's binding of this shape: the host buffers below in, the device buffers
-    /// the graph reads out. One run (one wait for the GPU) copies every input.
-    copy: IoBinding,
-    /// Host buffers of the inputs, by [`InputNames::each`].
-    host_inputs: [Option<Tensor<i64>>; 3],
-    /// The bound output (on the device) and its host copy. (Bound in page-locked host memory
-    /// instead, the output made ONNX Runtime 1.31.1 fail the first run on an H100: `CopyTensorAsync
-    /// dst_data != src_data`, as `--io-binding` did.)
-    output: Tensor<f32>,
-    host_output: Tensor<f32>,
-}
-
-/// I/O binding's allocator and the buffers of each `(rows, seq_len)` met.
-type Binding = (Allocator, HashMap<(usize, usize), Bound>);
-
 pub struct OrtBackend {
     session: Session,
     inputs: InputNames,
@@ -153,21 +41,6 @@ pub struct OrtBackend {
     /// With CUDA graphs: their copy session, and how shapes without a graph run.
     graphs: Option<Graphs>,
 }
-
-/// The CUDA graph path's own state beside the bound shapes.
-struct Graphs {
-    /// Copies a batch's inputs from host buffers into a shape's device buffers: one `Identity`
-    /// per input, on the CPU provider, its outputs bound on the device.
-    copier: Session,
-    /// `gpu_graph_id` -1: a shape first met after the warm-up runs without a graph (its buffers,
-    /// made after the others' captures, could lie where their replays write; see
-    /// [`OrtBackend::with_shape_buckets`]).
-    uncaptured: RunOptions<NoSelectedOutputs>,
-}
-
-/// One lane's warm-up captures at a time: CUDA forbids some calls of other threads while a
-/// stream is captured (ONNX Runtime captures in CUDA's global mode).
-static CAPTURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl std::fmt::Debug for OrtBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -212,55 +85,7 @@ impl OrtBackend {
         num_labels: usize,
     ) -> Result<Self, BackendError> {
         let load = |e: ort::Error| BackendError::Load(e.to_string());
-        let built = |e: ort::Error<ort::session::builder::SessionBuilder>| load(e.into());
-        let mut builder = Session::builder(env).map_err(load)?;
-        if options.intra_op_threads > 0 {
-            builder = builder.with_intra_threads(options.intra_op_threads).map_err(built)?;
-        }
-        if options.inter_op_threads > 0 {
-            builder = builder.with_inter_threads(options.inter_op_threads).map_err(built)?;
-        }
-        builder = builder.with_intra_op_spinning(options.spinning).map_err(built)?;
-        builder = builder.with_inter_op_spinning(options.spinning).map_err(built)?;
-        if let Device::Cuda(n) = options.device {
-            let sync = match options.cuda_sync {
-                CudaSync::Auto => None,
-                CudaSync::Spin => Some(cuda_sched::CudaSync::Spin),
-                CudaSync::Yield => Some(cuda_sched::CudaSync::Yield),
-                CudaSync::Blocking => Some(cuda_sched::CudaSync::Blocking),
-            };
-            if let Some(sync) = sync {
-                match cuda_sched::set_sync(n, sync) {
-                    Ok(()) => tracing::debug!(?sync, device = n, "CUDA wait policy set"),
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        ?sync,
-                        "could not set CUDA's wait policy; CUDA's default (auto) applies"
-                    ),
-                }
-            }
-            let cuda = ep::CUDA::default()
-                .with_device_id(n as i32)
-                .with_conv_algorithm_search(match options.conv_algo_search {
-                    ConvAlgoSearch::Exhaustive => ep::cuda::ConvAlgorithmSearch::Exhaustive,
-                    ConvAlgoSearch::Heuristic => ep::cuda::ConvAlgorithmSearch::Heuristic,
-                    ConvAlgoSearch::Default => ep::cuda::ConvAlgorithmSearch::Default,
-                })
-                .with_arena_extend_strategy(match options.arena_extend {
-                    ArenaExtend::NextPowerOfTwo => ep::ArenaExtendStrategy::NextPowerOfTwo,
-                    ArenaExtend::SameAsRequested => ep::ArenaExtendStrategy::SameAsRequested,
-                })
-                .with_arbitrary_config("do_copy_in_default_stream", u8::from(options.copy_in_default_stream))
-                .with_cuda_graph(options.cuda_graph);
-            let cuda = if options.mem_limit > 0 { cuda.with_memory_limit(options.mem_limit) } else { cuda };
-            builder = builder.with_execution_providers([cuda.build().error_on_failure()]).map_err(|e| {
-                BackendError::ExecutionProvider(format!(
-                    "CUDA execution provider on device {n} could not be registered: {e} \
-                     (needs onnxruntime-gpu's libonnxruntime_providers_cuda.so beside the library, \
-                     CUDA 13 and cuDNN 9 on LD_LIBRARY_PATH, and a visible GPU)"
-                ))
-            })?;
-        }
+        let mut builder = options::builder(env, options)?;
         if options.io_binding && !options.cuda_graph && matches!(options.device, Device::Cuda(_)) {
             // Measured on an H100 (benches/RESULTS.md): ONNX Runtime 1.31.1 fails the first bound
             // run with `GPUDataTransfer::CopyTensorAsync dst_data != src_data` when the inputs
@@ -273,40 +98,7 @@ impl OrtBackend {
         }
         let session = builder.commit_from_file(model).map_err(load)?;
         let mut backend = Self::from_session(session, num_labels)?;
-        if options.cuda_graph {
-            // The graphs' buffers live where the session computes: on the GPU with CUDA.
-            let device = match options.device {
-                Device::Cuda(n) => (AllocationDevice::CUDA, n as i32),
-                Device::Cpu => (AllocationDevice::CPU, 0),
-            };
-            let info = MemoryInfo::new(device.0, device.1, AllocatorType::Device, MemoryType::Default).map_err(load)?;
-            backend.binding = Some((Allocator::new(&backend.session, info).map_err(load)?, HashMap::new()));
-            let mut uncaptured = RunOptions::new().map_err(load)?;
-            uncaptured.set("gpu_graph_id", "-1").map_err(load)?;
-            let copier = copier(env, &backend.inputs, options.device).map_err(load)?;
-            backend.graphs = Some(Graphs { copier, uncaptured });
-        } else if options.io_binding {
-            // Page-locked host memory with CUDA: the copies to and from the GPU go straight from
-            // and to it. On the CPU, the session's own allocator.
-            let allocator = match options.device {
-                Device::Cuda(n) => {
-                    let info = MemoryInfo::new(
-                        AllocationDevice::CUDA_PINNED,
-                        n as i32,
-                        AllocatorType::Device,
-                        MemoryType::CPUInput,
-                    )
-                    .map_err(load)?;
-                    Allocator::new(&backend.session, info).map_err(load)?
-                }
-                Device::Cpu => {
-                    let info = MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default)
-                        .map_err(load)?;
-                    Allocator::new(&backend.session, info).map_err(load)?
-                }
-            };
-            backend.binding = Some((allocator, HashMap::new()));
-        }
+        binding::attach(&mut backend, env, options)?;
         Ok(backend)
     }
 
@@ -389,132 +181,6 @@ impl OrtBackend {
         // From here on, a shape not bound yet runs without a graph (`infer`).
         self.buckets = Some(buckets);
         Ok(self)
-    }
-}
-
-impl OrtBackend {
-    /// The bound buffers of `shape`, made if new (with CUDA graphs, a graph id of its own).
-    fn bound(&mut self, shape: (usize, usize)) -> Result<&mut Bound, BackendError> {
-        let Self { session, inputs, output, num_labels, binding, graphs, .. } = self;
-        let (allocator, shapes) = binding.as_mut().expect("I/O binding is on");
-        let graph = graphs.as_ref().map(|g| (g, shapes.len()));
-        Ok(match shapes.entry(shape) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(Bound::new(session, inputs, output, allocator, shape, *num_labels, graph)?),
-        })
-    }
-
-    /// Runs `batch` through the I/O binding of its shape (made at its first batch).
-    fn infer_bound(&mut self, batch: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
-        let err = |e: ort::Error| BackendError::Inference(e.to_string());
-        let shape = (batch.rows, batch.seq_len);
-        self.bound(shape)?;
-        let Self { session, inputs, output, num_labels, binding, graphs, .. } = self;
-        let bound = binding.as_mut().and_then(|(_, shapes)| shapes.get_mut(&shape)).expect("bound above");
-        let write = |t: &mut Tensor<i64>, data: &[i64]| t.extract_tensor_mut().1.copy_from_slice(data);
-        let Some(graph) = &mut bound.graph else {
-            // Host buffers: written in place and bound again (binding takes what they hold then).
-            for ((name, t), data) in inputs.each().into_iter().zip(&mut bound.inputs).zip(batch.columns()) {
-                if let (Some(name), Some(t)) = (name, t) {
-                    write(t, data);
-                    bound.binding.bind_input(name, t).map_err(err)?;
-                }
-            }
-            let outputs = session.run_binding(&bound.binding).map_err(err)?;
-            let (out_shape, logits) = outputs[output.as_str()].try_extract_tensor::<f32>().map_err(err)?;
-            return split_logits(out_shape, logits, batch.rows, *num_labels);
-        };
-        // Device buffers, bound once: the batch is written to host buffers, copied into them by
-        // one run of the copy session, the graph replayed, and the logits copied back.
-        for ((name, host), data) in inputs.each().into_iter().zip(&mut graph.host_inputs).zip(batch.columns()) {
-            if let (Some(name), Some(host)) = (name, host) {
-                write(host, data);
-                graph.copy.bind_input(name, host).map_err(err)?;
-            }
-        }
-        let copier = &mut graphs.as_mut().expect("graphs on").copier;
-        drop(copier.run_binding(&graph.copy).map_err(err)?);
-        drop(session.run_binding_with_options(&bound.binding, &graph.run_options).map_err(err)?);
-        graph.output.copy_into(&mut graph.host_output).map_err(err)?;
-        let (out_shape, logits) = graph.host_output.extract_tensor();
-        split_logits(out_shape, logits, batch.rows, *num_labels)
-    }
-}
-
-/// The copy session of the CUDA graph path: for each model input, an `Identity` from a host
-/// input of that name to an output `NAME.copy`, on the CPU provider; bound to a device buffer,
-/// each output is copied there by ONNX Runtime.
-fn copier(env: &ort::environment::Environment, inputs: &InputNames, device: Device) -> ort::Result<Session> {
-    use ort::editor::{Graph, Model, Node, ONNX_DOMAIN, Opset};
-    use ort::value::{Outlet, Shape, SymbolicDimensions};
-    let names: Vec<&str> = inputs.each().into_iter().flatten().collect();
-    let tensor = || ValueType::Tensor {
-        ty: TensorElementType::Int64,
-        shape: Shape::new([-1, -1]),
-        dimension_symbols: SymbolicDimensions::new(["batch".to_owned(), "sequence".to_owned()]),
-    };
-    let mut graph = Graph::new()?;
-    graph.set_inputs(names.iter().map(|n| Outlet::new(*n, tensor())))?;
-    graph.set_outputs(names.iter().map(|n| Outlet::new(format!("{n}.copy"), tensor())))?;
-    for n in &names {
-        graph.add_node(Node::new("Identity", ONNX_DOMAIN, format!("copy {n}"), [*n], [format!("{n}.copy")], [])?)?;
-    }
-    let mut model = Model::new([Opset::new(ONNX_DOMAIN, 21)?])?;
-    model.set_graph(graph)?;
-    let built = |e: ort::Error<ort::session::builder::SessionBuilder>| -> ort::Error { e.into() };
-    let mut builder = Session::builder(env)?.with_intra_threads(1).map_err(built)?;
-    if let Device::Cuda(n) = device {
-        let cpu = ep::CPU::default().build().error_on_failure();
-        let cuda = ep::CUDA::default().with_device_id(n as i32).build().error_on_failure();
-        builder = builder.with_execution_providers([cpu, cuda]).map_err(built)?;
-    }
-    model.into_session(&builder)
-}
-
-impl Bound {
-    /// The buffers of `shape`, allocated by `allocator`; with `graph`, those of a CUDA graph with
-    /// the given id (inputs bound now, to the model and to the copy session, and host buffers
-    /// beside them).
-    fn new(
-        session: &Session,
-        inputs: &InputNames,
-        output: &str,
-        allocator: &Allocator,
-        (rows, seq): (usize, usize),
-        num_labels: usize,
-        graph: Option<(&Graphs, usize)>,
-    ) -> Result<Self, BackendError> {
-        let err = |e: ort::Error| BackendError::Inference(e.to_string());
-        let mut bound = Bound {
-            binding: session.create_binding().map_err(err)?,
-            inputs: buffers(inputs, allocator, (rows, seq)).map_err(err)?,
-            graph: None,
-        };
-        let Some((graphs, id)) = graph else {
-            let out = Tensor::<f32>::new(allocator, [rows, num_labels]).map_err(err)?;
-            bound.binding.bind_output(output, out).map_err(err)?;
-            return Ok(bound);
-        };
-        let mut copy = graphs.copier.create_binding().map_err(err)?;
-        for (name, t) in inputs.each().into_iter().zip(&mut bound.inputs) {
-            if let (Some(name), Some(t)) = (name, t) {
-                bound.binding.bind_input(name, t).map_err(err)?;
-                copy.bind_output(format!("{name}.copy"), t).map_err(err)?;
-            }
-        }
-        let mut out = Tensor::<f32>::new(allocator, [rows, num_labels]).map_err(err)?;
-        bound.binding.bind_output(output, &mut out).map_err(err)?;
-        let mut run_options = RunOptions::new().map_err(err)?;
-        run_options.set("gpu_graph_id", id.to_string()).map_err(err)?;
-        let host = Allocator::default();
-        bound.graph = Some(Graph {
-            run_options,
-            copy,
-            host_inputs: buffers(inputs, &host, (rows, seq)).map_err(err)?,
-            output: out,
-            host_output: Tensor::<f32>::new(&host, [rows, num_labels]).map_err(err)?,
-        });
-        Ok(bound)
     }
 }
 
