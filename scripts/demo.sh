@@ -19,7 +19,7 @@
 # running per replica at target; small, as a CPU worker is slow); DEMO_MAX (3) most workers;
 # DEMO_SYNC (2s) the scaler's sync period;
 # DEMO_OUT (target/demo) where the report goes; DEMO_BIN_DIR: take the binaries from there and do
-# not build (the test uses target/debug); DEMO_WORKER_ARGS ("--threads 1") the workers' arguments
+# not build (the test uses target/debug); DEMO_WORKER_ARGS ("--intra-op-threads 1") the workers' arguments
 # (the GPU variant: "--device cuda:0 --model models/build/gpu", with DEMO_MAX=1 on one GPU, and
 # ORT_DYLIB_PATH set to the CUDA build: docs/demo.md).
 set -euo pipefail
@@ -36,7 +36,7 @@ out=$(cd "$out" && pwd)
 # A GPU run brings its own (DEMO_WORKER_ARGS="--device cuda:0 ...", docs/demo.md).
 ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/fetch-ort.sh)}
 export ORT_DYLIB_PATH
-read -r -a worker_args <<<"${DEMO_WORKER_ARGS:---threads 1}"
+read -r -a worker_args <<<"${DEMO_WORKER_ARGS:---intra-op-threads 1}"
 if [ -n "${DEMO_BIN_DIR:-}" ]; then
   bin=$DEMO_BIN_DIR
 else

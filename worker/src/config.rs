@@ -31,10 +31,12 @@ pub struct Config {
     #[arg(long, env = "WORKER_DEVICE", default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
 
-    /// ONNX Runtime intra-op threads; 0: ONNX Runtime's choice (one per physical core) on the CPU,
-    /// 1 with CUDA (there the CPU runs only a few shape operators; a pool per lane of one thread
-    /// per core only burns host cores).
-    #[arg(long, env = "WORKER_THREADS", default_value_t = 0)]
+    /// ONNX Runtime intra-op threads per session; 0: ONNX Runtime's choice (one per physical
+    /// core) on the CPU, 1 with CUDA (there the CPU runs only a few shape operators; a pool per
+    /// lane of one thread per core only burns host cores). Not the async runtime's threads
+    /// (`--runtime-threads`; the gateway's and the load generator's `--threads`). Was `--threads`
+    /// (`WORKER_THREADS`, still read).
+    #[arg(long = "intra-op-threads", alias = "threads", env = "WORKER_INTRA_OP_THREADS", default_value_t = 0)]
     pub threads: usize,
 
     /// Threads of the async runtime (HTTP, tokenizing, batching); 0: one per CPU this process may
@@ -174,10 +176,21 @@ pub struct Config {
     #[command(flatten)]
     pub listener: listener::ListenerArgs<listener::WorkerEnv>,
 
+    /// Log filter (`tracing` env-filter syntax), as the gateway's.
+    #[arg(long, env = "RUST_LOG", default_value = "info,ort=warn")]
+    pub log: String,
+
     /// Log as JSON lines instead of text.
     #[arg(long, env = "WORKER_LOG_JSON")]
     pub log_json: bool,
 }
+
+/// Environment variables renamed to match their flags; the old names are still read.
+pub const RENAMED_ENV: &[listener::Renamed] = &[listener::Renamed {
+    old: "WORKER_THREADS",
+    new: "WORKER_INTRA_OP_THREADS",
+    flags: &["--intra-op-threads", "--threads"],
+}];
 
 impl Config {
     /// What the flag says, or the device's default (the doc comments above).
