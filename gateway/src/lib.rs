@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use config::Config;
+pub use config::{Config, RENAMED_ENV};
 pub use error::StartError;
 pub use pool::{Health, Pool, PoolMeta, Pools, WorkerStatus};
 pub use signal::{PoolSignal, RawSignal};
