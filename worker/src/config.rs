@@ -128,13 +128,20 @@ pub struct Config {
     pub min_batch_fill: Option<f64>,
 
     /// Most queries admitted at once (queued plus running, tokenizing included); beyond it
-    /// requests get 429. Default 1024 on the CPU, 8192 on a GPU.
-    #[arg(long, env = "WORKER_QUEUE_CAPACITY")]
+    /// requests get 429. Default 1024 on the CPU, 8192 on a GPU. Named as the gateway's limit of
+    /// the same kind; was `--queue-capacity` (`WORKER_QUEUE_CAPACITY`, still read).
+    #[arg(long = "max-outstanding", alias = "queue-capacity", env = "WORKER_MAX_OUTSTANDING")]
     pub queue_capacity: Option<usize>,
 
     /// Most tokens admitted at once (queued plus running); a request whose tokens do not fit gets
     /// 429. A query's tokens are its cost: a batch's time grows with them.
-    #[arg(long, env = "WORKER_QUEUE_CAPACITY_TOKENS", default_value_t = 65536)]
+    /// Was `--queue-capacity-tokens` (`WORKER_QUEUE_CAPACITY_TOKENS`, still read).
+    #[arg(
+        long = "max-outstanding-tokens",
+        alias = "queue-capacity-tokens",
+        env = "WORKER_MAX_OUTSTANDING_TOKENS",
+        default_value_t = 65536
+    )]
     pub queue_capacity_tokens: u64,
 
     /// A request of more tokens than this is heavy: it runs in a lane of its own, at a lower CPU
@@ -186,11 +193,23 @@ pub struct Config {
 }
 
 /// Environment variables renamed to match their flags; the old names are still read.
-pub const RENAMED_ENV: &[listener::Renamed] = &[listener::Renamed {
-    old: "WORKER_THREADS",
-    new: "WORKER_INTRA_OP_THREADS",
-    flags: &["--intra-op-threads", "--threads"],
-}];
+pub const RENAMED_ENV: &[listener::Renamed] = &[
+    listener::Renamed {
+        old: "WORKER_THREADS",
+        new: "WORKER_INTRA_OP_THREADS",
+        flags: &["--intra-op-threads", "--threads"],
+    },
+    listener::Renamed {
+        old: "WORKER_QUEUE_CAPACITY",
+        new: "WORKER_MAX_OUTSTANDING",
+        flags: &["--max-outstanding", "--queue-capacity"],
+    },
+    listener::Renamed {
+        old: "WORKER_QUEUE_CAPACITY_TOKENS",
+        new: "WORKER_MAX_OUTSTANDING_TOKENS",
+        flags: &["--max-outstanding-tokens", "--queue-capacity-tokens"],
+    },
+];
 
 impl Config {
     /// What the flag says, or the device's default (the doc comments above).
