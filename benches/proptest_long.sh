@@ -14,12 +14,13 @@
 #             (LISTENER_FUZZ_CASES; arbitrary and mutated requests, split and paused writes)
 #   worker    query string and JSON body parsing: worker/src/http/predict.rs (unit) and
 #             worker/tests/parse_props.rs (the whole predict route; needs ONNX Runtime)
-#   gateway   the upstream answer parser: gateway/src/upstream/codec.rs, and the latency
-#             estimate's bound: gateway/src/pool/{ewma,endpoint}.rs (PROPTEST_CASES)
+#   http1-client  the HTTP/1 answer parser of the gateway's upstream and the load generator:
+#             http1-client/src/head.rs (PROPTEST_CASES)
+#   gateway   the latency estimate's bound: gateway/src/pool/{ewma,endpoint}.rs (PROPTEST_CASES)
 #
 # Settings (environment variables, defaults in brackets):
 #   CASES [10000000]   cases per property
-#   ONLY [all]         a space-separated subset of: listener worker gateway
+#   ONLY [all]         a space-separated subset of: listener worker http1-client gateway
 #   TIMEOUT [0]        seconds allowed per property (0: no limit; `timeout` ends it, reported)
 #
 # Output: the table on stdout; each property's test output under benches/out/proptest_long-DATE/
@@ -29,7 +30,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 CASES=${CASES:-10000000}
-ONLY=${ONLY:-listener worker gateway}
+ONLY=${ONLY:-listener worker http1-client gateway}
 TIMEOUT=${TIMEOUT:-0}
 run_dir=benches/out/proptest_long-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$run_dir"
@@ -43,7 +44,7 @@ suites=(
   "listener|-p listener --test fuzz||LISTENER_FUZZ_CASES"
   "worker|-p worker --lib|http::predict::tests::|PROPTEST_CASES"
   "worker|-p worker --test parse_props||PROPTEST_CASES"
-  "gateway|-p gateway --lib|upstream::codec::proptests::|PROPTEST_CASES"
+  "http1-client|-p http1-client --lib|head::proptests::|PROPTEST_CASES"
   "gateway|-p gateway --lib|pool::ewma::|PROPTEST_CASES"
   "gateway|-p gateway --lib|pool::endpoint::|PROPTEST_CASES"
 )

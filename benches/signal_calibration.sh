@@ -14,7 +14,7 @@
 #
 # Knobs: WORKERS ("1 2 4"); FRACTIONS ("0.05 0.25 0.5 0.9 1.5 3"); STEP_S (9) seconds per step,
 # the signal read over its last 3; BIN (target/release; built unless BIN is set); WORKER_ARGS
-# (cpu: "--threads 1"; gpu: "--device cuda:0 --model models/build/gpu"); DEVICES (gpu: one
+# (cpu: "--intra-op-threads 1"; gpu: "--device cuda:0 --model models/build/gpu"); DEVICES (gpu: one
 # "--device" value per worker, "cuda:0 cuda:1"); GATEWAY_ARGS; LOADTEST_ARGS ("--threads 1");
 # FAKE_BASE (40ms), FAKE_ROW (2ms), FAKE_ROWS (32); OUT (benches/out/signal-calibration).
 # Output: a table per worker count and a summary line, on stdout and in OUT/MODE-TIME.txt.
@@ -48,7 +48,7 @@ case $mode in
     worker_cmd+=("${extra[@]}")
     probe_clients=$((2 * rows)) ;;
   cpu)
-    read -r -a extra <<<"${WORKER_ARGS:---threads 1}"
+    read -r -a extra <<<"${WORKER_ARGS:---intra-op-threads 1}"
     worker_cmd=("$bin/worker" "${extra[@]}")
     probe_clients=64 ;;
   gpu)

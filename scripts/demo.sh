@@ -23,7 +23,7 @@
 # DEMO_SYNC (2s) the scaler's sync period; DEMO_GATEWAY_ARGS extra gateway flags (none: the
 # signal runs on its defaults);
 # DEMO_OUT (target/demo) where the report goes; DEMO_BIN_DIR: take the binaries from there and do
-# not build (the test uses target/debug); DEMO_WORKER_ARGS ("--threads 1") the workers' arguments;
+# not build (the test uses target/debug); DEMO_WORKER_ARGS ("--intra-op-threads 1") the workers' arguments;
 # DEMO_WORKER_DEVICES: place each worker on a device of its own (`gpus`: one worker per GPU of
 # the host, `--device cuda:N`; the GPU variant: DEMO_WORKER_DEVICES=gpus
 # DEMO_WORKER_ARGS="--model models/build/gpu", ORT_DYLIB_PATH set to the CUDA build: docs/demo.md).
@@ -46,7 +46,7 @@ out=$(cd "$out" && pwd)
 # A GPU run brings its own (DEMO_WORKER_ARGS="--device cuda:0 ...", docs/demo.md).
 ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/fetch-ort.sh)}
 export ORT_DYLIB_PATH
-read -r -a worker_args <<<"${DEMO_WORKER_ARGS:---threads 1}"
+read -r -a worker_args <<<"${DEMO_WORKER_ARGS:---intra-op-threads 1}"
 if [ -n "${DEMO_BIN_DIR:-}" ]; then
   bin=$DEMO_BIN_DIR
 else

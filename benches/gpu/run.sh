@@ -81,7 +81,7 @@ finish() {
     summarized=1
     echo "wall: $(( $(date +%s) - started_at )) s"
     python3 benches/gpu/summary.py "$out" | tee "$out/summary.md"
-    echo "summary: $out/summary.md (commit it as benches/gpu/results/DATE-runN.md, linked from benches/RESULTS.md)"
+    echo "summary: $out/summary.md (record its figures, with the command, in benches/RESULTS.md; the page stays out of git)"
   fi
 }
 trap finish EXIT

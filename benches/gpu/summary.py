@@ -1,10 +1,13 @@
 """A compact Markdown summary of one `benches/gpu/run.sh` output folder.
 
-    python3 benches/gpu/summary.py OUT_DIR > benches/gpu/results/DATE-runN.md
+    python3 benches/gpu/summary.py OUT_DIR > OUT_DIR/summary.md
 
 Reads `steps.jsonl` (one line per measured step: the load generator's phases, the worker's CPU
 from /proc, per-thread-group CPU, medians of /v1/stats), `gpu.txt`, `commit.txt`, `sanity.txt` and
-`perf-top.txt`/`perf-dso.txt` when perf ran. Raw logs stay out of git: this summary is kept.
+`perf-top.txt`/`perf-dso.txt` when perf ran. Neither the logs nor this page go into git: the
+figures go into `benches/RESULTS.md` with the command that made them. (The one summary script:
+`summarize.py`, an older reader of the same folder, is gone; `signal_summary.py` reads
+`signal.sh`'s folder.)
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@
 //! lists; unset: no pinning), `WRAP` (a command the worker and the gateway run under, e.g.
 //! `chrt -f 10`).
 
-#[path = "../../gateway/tests/metrics_api_support/mod.rs"]
+#[path = "../../metrics-api/tests/support/mod.rs"]
 mod support;
 
 use std::io::Write;

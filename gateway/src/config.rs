@@ -10,6 +10,16 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| format!("not a duration: {s:?} ({e}; write 250ms, 10s or 2m)"))
 }
 
+/// `Retry-After` as a duration, in whole seconds (rounded up: the header has no fraction); a bare
+/// number is seconds, as `--retry-after-s` took it.
+fn parse_retry_after(s: &str) -> Result<u64, String> {
+    if let Ok(n) = s.trim().parse::<u64>() {
+        return Ok(n);
+    }
+    let d = parse_duration(s)?;
+    Ok(d.as_secs() + u64::from(d.subsec_nanos() > 0))
+}
+
 /// A positive, finite factor.
 fn parse_factor(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
@@ -114,8 +124,9 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_NO_WORKER_WAIT", default_value = "1s", value_parser = parse_duration)]
     pub no_worker_wait: Duration,
 
-    /// Value of `Retry-After` (seconds) on the gateway's own 429/503 answers.
-    #[arg(long, env = "GATEWAY_RETRY_AFTER_S", default_value_t = 1)]
+    /// `Retry-After` on the gateway's own 429/503 answers (whole seconds, rounded up). Was
+    /// `--retry-after-s` (a number of seconds, still accepted; `GATEWAY_RETRY_AFTER_S` still read).
+    #[arg(long = "retry-after", alias = "retry-after-s", env = "GATEWAY_RETRY_AFTER", default_value = "1s", value_parser = parse_retry_after)]
     pub retry_after_s: u64,
 
     /// Consecutive failures (connection errors, dropped responses, timeouts) that eject a worker.
@@ -201,7 +212,8 @@ pub struct Config {
     /// below the concurrency the gateway admits closes connections after every burst that the
     /// next burst must open again (measured: 512 clients with a cap of 256 opened ~800
     /// connections a second to one worker; with 4096, a twentieth of that).
-    #[arg(long, env = "GATEWAY_POOL_MAX_IDLE", default_value_t = 4096)]
+    /// (`GATEWAY_POOL_MAX_IDLE`, its variable before it was named as the flag, is still read.)
+    #[arg(long, env = "GATEWAY_POOL_MAX_IDLE_PER_HOST", default_value_t = 4096)]
     pub pool_max_idle_per_host: usize,
 
     /// Runtime worker threads; 0 = the CPUs this process may run on (its affinity mask, e.g.
@@ -224,7 +236,7 @@ pub struct Config {
     pub listener: listener::ListenerArgs<listener::GatewayEnv>,
 
     #[command(flatten)]
-    pub metrics_api: crate::metrics_api::MetricsApiConfig,
+    pub metrics_api: metrics_api::MetricsApiConfig,
 }
 
 impl Config {
@@ -244,9 +256,37 @@ impl Config {
     }
 }
 
+/// Environment variables renamed to match their flags; the old names are still read.
+pub const RENAMED_ENV: &[listener::Renamed] = &[
+    listener::Renamed {
+        old: "GATEWAY_RETRY_AFTER_S",
+        new: "GATEWAY_RETRY_AFTER",
+        flags: &["--retry-after", "--retry-after-s"],
+    },
+    listener::Renamed {
+        old: "GATEWAY_POOL_MAX_IDLE",
+        new: "GATEWAY_POOL_MAX_IDLE_PER_HOST",
+        flags: &["--pool-max-idle-per-host"],
+    },
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_is_a_duration_in_whole_seconds_or_a_number_of_seconds() {
+        assert_eq!(parse_retry_after("1s").unwrap(), 1);
+        assert_eq!(parse_retry_after("2m").unwrap(), 120);
+        assert_eq!(parse_retry_after("1500ms").unwrap(), 2, "rounded up");
+        assert_eq!(parse_retry_after("3").unwrap(), 3, "as --retry-after-s took it");
+        assert!(parse_retry_after("soon").is_err());
+        use clap::Parser;
+        let c = Config::parse_from(["gateway", "--retry-after-s", "5"]);
+        assert_eq!(c.retry_after_s, 5);
+        let c = Config::parse_from(["gateway", "--retry-after", "500ms"]);
+        assert_eq!(c.retry_after_s, 1);
+    }
 
     #[test]
     fn durations_are_humantime() {

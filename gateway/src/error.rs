@@ -17,6 +17,8 @@ pub enum StartError {
     Kube(#[from] kube::Error),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    MetricsApi(#[from] metrics_api::Error),
 }
 
 /// Everything a client's request can be answered with instead of a worker's answer.

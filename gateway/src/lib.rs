@@ -11,7 +11,8 @@
 //! `http` (listeners, routes, admission, the one predict entry) -> `routing` (balance, proxy,
 //! retry budget) -> `pool` (pools, workers, their health, the monitor, the outcome policy) ->
 //! `upstream` (the HTTP/1.1 client for workers). `signal` (pure signal and its task) reads
-//! `pool`; `discovery` feeds it. `error`, `config`, `metrics`, `ctx` and `task` are shared.
+//! `pool`; `discovery` feeds it; `provider` serves the pools to the external metrics API (the
+//! `metrics-api` crate). `error`, `config`, `metrics`, `ctx` and `task` are shared.
 #![forbid(unsafe_code)]
 
 mod config;
@@ -20,8 +21,8 @@ mod discovery;
 mod error;
 mod http;
 mod metrics;
-pub mod metrics_api;
 mod pool;
+mod provider;
 mod routing;
 mod signal;
 mod task;
@@ -32,7 +33,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use config::Config;
+pub use config::{Config, RENAMED_ENV};
 pub use error::StartError;
 pub use pool::{Health, Pool, PoolMeta, Pools, WorkerStatus};
 pub use signal::{PoolSignal, RawSignal};

@@ -12,7 +12,7 @@ use tracing_subscriber::EnvFilter;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    let config = gateway::Config::parse();
+    let config = gateway::Config::parse_from(listener::args_with_renamed_env(gateway::RENAMED_ENV));
     let filter = EnvFilter::try_new(&config.log).context("bad --log filter")?;
     let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if config.log_json {

@@ -86,7 +86,7 @@ pub struct Metrics {
     pub pool_backlog: Family<PoolLabels, Gauge>,
     pub pool_gpu_memory: Family<PoolLabels, FGauge>,
     /// The external metrics API's families (`gateway_metrics_api_*`).
-    pub api: crate::metrics_api::ApiMetrics,
+    pub api: metrics_api::ApiMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -125,7 +125,7 @@ impl Default for Metrics {
             pool_ready_workers: Family::default(),
             pool_backlog: Family::default(),
             pool_gpu_memory: Family::default(),
-            api: crate::metrics_api::ApiMetrics::default(),
+            api: metrics_api::ApiMetrics::default(),
         }
     }
 }

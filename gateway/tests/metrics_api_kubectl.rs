@@ -6,6 +6,7 @@
 //! given is the one whose SHA-256 the log shows.
 
 mod common;
+#[path = "../../metrics-api/tests/support/mod.rs"]
 mod metrics_api_support;
 
 use std::path::PathBuf;

@@ -1,27 +1,26 @@
-//! A lean HTTP/1.1 client connection: the request is one prepared buffer, the answer is parsed in
-//! place with `httparse` (the parser hyper uses) and its body skipped unless it is an error's.
+//! A lean HTTP/1.1 client connection: the request is one prepared buffer, the answer's head is
+//! parsed in place by the workspace's HTTP/1 codec (the `http1-client` crate, on `httparse`, the
+//! parser hyper uses; the gateway's upstream reads its workers' answers with the same one) and
+//! its body skipped unless it is an error's.
 //!
 //! Why not hyper's client: per request it hands the request to a dispatcher task through a
 //! channel, builds and parses `HeaderMap`s and streams the body through another channel; that is
 //! what kept the previous `loadtest` at about half of `wrk`'s requests per second on one core
-//! (the gateway hit the same wall: `gateway/src/upstream.rs`, whose framing rules this follows).
+//! (the gateway hit the same wall: `gateway/src/upstream`, whose framing rules are the codec's).
 //! A load generator needs the status, the framing, keep-alive, and the body of an error.
 //!
-//! Framing (RFC 9112): interim `1xx` answers are skipped; the body is delimited by
-//! `Transfer-Encoding: chunked` (trailers dropped), by `Content-Length`, or by the end of the
-//! connection; `HEAD`, `204` and `304` answers have none. The connection is kept when the answer
-//! was length-delimited and read to the end, did not say `Connection: close` (HTTP/1.1) or said
-//! `keep-alive` (HTTP/1.0), and nothing followed it.
+//! Framing and keep-alive are the codec's (see `http1_client`): the connection is kept when the
+//! head allows it and the body was delimited and read to the end with nothing after it.
 
 use std::io;
 use std::net::SocketAddr;
 
 use bytes::{Buf, Bytes, BytesMut};
+use http::Method;
+use http1_client::{Framing, Head, MAX_HEAD_BYTES, parse_head};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const MAX_HEADERS: usize = 64;
-const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Error bodies are kept up to this size (enough for `{"error", "error_type"}`).
 const MAX_KEPT_BODY: usize = 64 * 1024;
 
@@ -57,19 +56,6 @@ pub struct Conn {
     reused: bool,
 }
 
-enum Framing {
-    Empty,
-    Length(u64),
-    Chunked,
-    UntilClose,
-}
-
-struct Head {
-    status: u16,
-    framing: Framing,
-    keep_alive: bool,
-}
-
 impl Conn {
     pub async fn connect(addr: SocketAddr) -> io::Result<Self> {
         let stream = TcpStream::connect(addr).await?;
@@ -84,7 +70,8 @@ impl Conn {
             return Err(if self.reused { Failure::Stale } else { Failure::Io(e.kind()) });
         }
         let h = self.read_head(head).await?;
-        let keep_body = want_body || !(200..300).contains(&h.status);
+        let status = h.status.as_u16();
+        let keep_body = want_body || !(200..300).contains(&status);
         let (body, clean) = match h.framing {
             Framing::Empty => (Bytes::new(), true),
             Framing::Length(n) => (self.read_length(n, keep_body).await?, true),
@@ -93,7 +80,7 @@ impl Conn {
         };
         self.reused = true;
         Ok(Answer {
-            status: h.status,
+            status,
             body: keep_body.then_some(body),
             keep_alive: h.keep_alive && clean && self.rbuf.is_empty(),
         })
@@ -117,7 +104,8 @@ impl Conn {
         let mut interim = false;
         loop {
             if !self.rbuf.is_empty() {
-                match parse_head(&self.rbuf, head_request)? {
+                let method = if head_request { &Method::HEAD } else { &Method::GET };
+                match parse_head(&self.rbuf, method).map_err(|_| Failure::Protocol("invalid answer head"))? {
                     Some((len, parsed)) => {
                         self.rbuf.advance(len);
                         match parsed {
@@ -236,122 +224,6 @@ impl Conn {
                 None if self.rbuf.len() > MAX_HEAD_BYTES => return Err(Failure::Protocol("trailer too long")),
                 None => self.read_more().await?,
             }
-        }
-    }
-}
-
-/// Parse an answer head at the start of `buf`: `None` when incomplete; `Some((len, None))` for an
-/// interim `1xx` answer of `len` bytes.
-fn parse_head(buf: &[u8], head_request: bool) -> Result<Option<(usize, Option<Head>)>, Failure> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut headers);
-    let len = match resp.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err(Failure::Protocol("invalid answer head")),
-    };
-    let status = resp.code.unwrap_or(0);
-    if (100..200).contains(&status) && status != 101 {
-        return Ok(Some((len, None)));
-    }
-    let http10 = resp.version == Some(0);
-    let mut length: Option<u64> = None;
-    let mut chunked = false;
-    let mut close = http10;
-    for h in resp.headers.iter() {
-        if h.name.eq_ignore_ascii_case("content-length") {
-            let v = content_length(h.value).ok_or(Failure::Protocol("invalid content-length"))?;
-            if length.is_some_and(|l| l != v) {
-                return Err(Failure::Protocol("conflicting content-length"));
-            }
-            length = Some(v);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            if http10 {
-                return Err(Failure::Protocol("transfer-encoding in an HTTP/1.0 answer"));
-            }
-            chunked = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|v| v.rsplit(',').next())
-                .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
-            if !chunked {
-                close = true;
-            }
-        } else if h.name.eq_ignore_ascii_case("connection") {
-            for token in std::str::from_utf8(h.value).unwrap_or("").split(',').map(str::trim) {
-                if token.eq_ignore_ascii_case("close") {
-                    close = true;
-                } else if token.eq_ignore_ascii_case("keep-alive") && http10 {
-                    close = false;
-                }
-            }
-        }
-    }
-    let framing = if head_request || status == 204 || status == 304 {
-        Framing::Empty
-    } else if chunked {
-        Framing::Chunked
-    } else if let Some(n) = length {
-        Framing::Length(n)
-    } else {
-        Framing::UntilClose
-    };
-    let keep_alive = !close && !matches!(framing, Framing::UntilClose);
-    Ok(Some((len, Some(Head { status, framing, keep_alive }))))
-}
-
-/// `Content-Length`: digits, or a list of one repeated value.
-fn content_length(v: &[u8]) -> Option<u64> {
-    let s = std::str::from_utf8(v).ok()?;
-    let mut value = None;
-    for part in s.split(',').map(str::trim) {
-        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let n: u64 = part.parse().ok()?;
-        if value.is_some_and(|v| v != n) {
-            return None;
-        }
-        value = Some(n);
-    }
-    value
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn head(raw: &[u8]) -> Head {
-        parse_head(raw, false).ok().flatten().and_then(|(_, h)| h).expect("a final head")
-    }
-
-    #[test]
-    fn framing_and_keep_alive_follow_the_answer_head() {
-        let h = head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n");
-        assert!(matches!(h.framing, Framing::Length(5)) && h.keep_alive);
-        let h = head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
-        assert!(matches!(h.framing, Framing::Chunked) && h.keep_alive);
-        let h = head(b"HTTP/1.1 200 OK\r\nConnection: close\r\ncontent-length: 1\r\n\r\n");
-        assert!(!h.keep_alive);
-        let h = head(b"HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\n");
-        assert!(!h.keep_alive);
-        let h = head(b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 1\r\n\r\n");
-        assert!(h.keep_alive);
-        let h = head(b"HTTP/1.1 200 OK\r\n\r\n");
-        assert!(matches!(h.framing, Framing::UntilClose) && !h.keep_alive);
-        let h = head(b"HTTP/1.1 204 No Content\r\ncontent-length: 3\r\n\r\n");
-        assert!(matches!(h.framing, Framing::Empty) && h.keep_alive);
-        assert!(matches!(parse_head(b"HTTP/1.1 100 Continue\r\n\r\n", false), Ok(Some((25, None)))));
-        assert!(matches!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-le", false), Ok(None)));
-        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n", false).is_err());
-        assert!(parse_head(b"SMTP hello\r\n\r\n", false).is_err());
-    }
-
-    #[test]
-    fn content_lengths_are_digits_or_one_repeated_value() {
-        assert_eq!(content_length(b"42"), Some(42));
-        assert_eq!(content_length(b"42, 42"), Some(42));
-        for bad in [&b""[..], b"+1", b"-1", b"4 2", b"1, 2", b"0x1"] {
-            assert_eq!(content_length(bad), None);
         }
     }
 }

@@ -1,11 +1,9 @@
 //! Sampling a gateway's scaling signal during the run: `GET {admin}/pools/{pool}/signal` on the
-//! gateway's admin port, which answers the pool's `PoolSignal` (`gateway/src/signal.rs`):
+//! gateway's admin port, which answers the pool's `wire::PoolSignal`:
 //! `{"pool", "signal", "stale", "components": {"raw", "queue", "gpu", "workers", ...}, ...}`.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
-
-use serde::Deserialize;
 
 use crate::Error;
 use crate::http1;
@@ -18,26 +16,6 @@ pub struct Source {
     pub pool: String,
     addr: SocketAddr,
     request: Vec<u8>,
-}
-
-#[derive(Deserialize)]
-struct PoolSignal {
-    signal: f64,
-    #[serde(default)]
-    stale: bool,
-    components: Components,
-}
-
-#[derive(Deserialize)]
-struct Components {
-    #[serde(default)]
-    raw: f64,
-    #[serde(default)]
-    queue: f64,
-    #[serde(default)]
-    gpu: f64,
-    #[serde(default)]
-    workers: u64,
 }
 
 impl Source {
@@ -112,9 +90,17 @@ impl Sampler {
 }
 
 fn parse(body: &[u8], t: f64) -> Result<SignalSample, String> {
-    let s: PoolSignal = serde_json::from_slice(body).map_err(|e| format!("not a pool signal: {e}"))?;
+    let s: wire::PoolSignal = serde_json::from_slice(body).map_err(|e| format!("not a pool signal: {e}"))?;
     let c = s.components;
-    Ok(SignalSample { t, signal: s.signal, stale: s.stale, raw: c.raw, queue: c.queue, gpu: c.gpu, workers: c.workers })
+    Ok(SignalSample {
+        t,
+        signal: s.signal,
+        stale: s.stale,
+        raw: c.raw,
+        queue: c.queue,
+        gpu: c.gpu,
+        workers: c.workers as u64,
+    })
 }
 
 #[cfg(test)]
@@ -123,7 +109,7 @@ mod tests {
 
     #[test]
     fn the_gateways_pool_signal_is_read() {
-        // As `gateway/src/signal.rs` `PoolSignal` serializes.
+        // As the gateway serializes `wire::PoolSignal` (an older one: no namespace, no ready workers).
         let body = br#"{"pool":"default","signal":2.5,"stale":false,
             "components":{"raw":2.7,"queue":2.7,"gpu":0.0,"held":0.0,"backlog":0.0,"workers":2,"blind":0,"gpu_missing":2},
             "targets_queue":8.0,"targets_gpu_pct":70.0,"updated_unix_ms":1}"#;

@@ -11,13 +11,15 @@
 //! - [`fault`]: for fault-injection tests: signals, resident memory, metric samples, raw
 //!   sockets that trickle or stall, the servers' start commands;
 //! - [`Captured`]: a log sink for tests that read what was logged;
-//! - [`chart`]: the Helm chart rendered and its containers' arguments read back.
+//! - [`chart`]: the Helm chart rendered and its containers' arguments read back;
+//! - [`layers`]: the layering check (no import cycle between a crate's top-level modules).
 #![forbid(unsafe_code)]
 
 mod captured;
 pub mod chart;
 pub mod fault;
 pub mod http;
+pub mod layers;
 mod paths;
 mod server;
 

@@ -1,4 +1,6 @@
-//! JSON wire types shared by the worker, the gateway and the load generator.
+//! JSON wire types crossing processes: `/predict`, error bodies and `/v1/stats` (the worker
+//! writes them, the gateway reads them), `/v1/signal` (the gateway writes it, the load generator
+//! reads it).
 //!
 //! Everything here is plain data with `serde` derives, so every party decodes the same bytes the
 //! same way. The schemas are documented in `docs/API.md`; a change that removes or renames a field
@@ -324,6 +326,95 @@ pub struct GpuProcess {
     pub sm_utilization_pct: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_used_bytes: Option<u64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// /v1/signal
+// ---------------------------------------------------------------------------------------------
+
+// The gateway computes these (`gateway/src/signal`) and serves them at `GET /v1/signal` and
+// `GET /pools/{pool}/signal` on its admin port; the load generator reads them (the scaler reads
+// the external metrics API instead).
+// Fields missing from a document, but `pool` and `signal`, read as their defaults (a reader of an
+// older or newer gateway).
+
+/// What `/v1/signal` serves and the HPA will read later.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PoolSignal {
+    pub pool: String,
+    /// The pool's Kubernetes namespace (`--pool-namespace`, or its Service's).
+    #[serde(default)]
+    pub namespace: String,
+    /// Replicas the pool needs at target: `max(smoothed raw, blind workers)`.
+    pub signal: f64,
+    /// Some worker's telemetry is stale (the signal holds and will not fall below `blind`).
+    #[serde(default)]
+    pub stale: bool,
+    #[serde(default)]
+    pub components: RawSignal,
+    /// Workers receiving traffic now.
+    #[serde(default)]
+    pub ready_workers: usize,
+    /// Highest device memory used / total among the workers with a fresh GPU reading; `None`
+    /// when no worker has one (CPU workers, no driver): never a zero in place of a reading.
+    #[serde(default)]
+    pub gpu_memory_used_ratio: Option<f64>,
+    /// `capacity` (the calibrated signal) or `queue` (the fallback: no capacity known yet).
+    #[serde(default)]
+    pub mode: SignalMode,
+    /// Queries per second offered to the pool (admitted or refused) over `--demand-window`.
+    #[serde(default)]
+    pub demand_per_s: f64,
+    /// One replica's capacity `C`, queries per second: the mean of the fresh workers' reports,
+    /// or the last known; `None` before any.
+    #[serde(default)]
+    pub capacity_per_s: Option<f64>,
+    /// The target utilization `u`.
+    #[serde(default)]
+    pub target_utilization: f64,
+    #[serde(default)]
+    pub targets_queue: f64,
+    #[serde(default)]
+    pub targets_gpu_pct: f64,
+    #[serde(default)]
+    pub updated_unix_ms: u64,
+}
+
+/// How a pool's signal was computed (`docs/signal.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalMode {
+    /// Offered demand over capacity.
+    Capacity,
+    /// Queue and GPU over their targets: no capacity known yet.
+    #[default]
+    Queue,
+}
+
+/// The unsmoothed pool signal and its parts.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RawSignal {
+    pub raw: f64,
+    /// Calibrated: the workers' backlog beyond what they clear within the latency target, in
+    /// replicas. Fallback: the sum of the fresh workers' queue terms.
+    pub queue: f64,
+    /// Calibrated: `sum gpu / 100 / u` (the GPUs' own view; a floor only where saturated).
+    /// Fallback: the sum of the fresh workers' GPU terms.
+    pub gpu: f64,
+    /// Sum of the held pressures of stale workers (fallback only).
+    pub held: f64,
+    /// The requests waiting at the gateway for a worker, in replicas.
+    pub backlog: f64,
+    /// Calibrated: `lambda / (C x u)`, the offered demand in replicas (0 in the fallback).
+    pub demand: f64,
+    /// Calibrated: what saturated workers ask for at least (0 in the fallback).
+    pub saturation: f64,
+    pub workers: usize,
+    /// Workers with stale telemetry: the floor of the signal.
+    pub blind: usize,
+    /// Fresh workers that reported no GPU utilization.
+    pub gpu_missing: usize,
 }
 
 #[cfg(test)]

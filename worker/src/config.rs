@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::Parser;
 
 pub use crate::backend::Device;
+pub use crate::backend::ort::{ArenaExtend, ConvAlgoSearch, CudaSync};
 
 /// GPU inference worker: serves an ONNX sequence classifier over HTTP with dynamic batching.
 #[derive(Debug, Clone, Parser)]
@@ -30,10 +31,12 @@ pub struct Config {
     #[arg(long, env = "WORKER_DEVICE", default_value = "cpu", value_parser = parse_device)]
     pub device: Device,
 
-    /// ONNX Runtime intra-op threads; 0: ONNX Runtime's choice (one per physical core) on the CPU,
-    /// 1 with CUDA (there the CPU runs only a few shape operators; a pool per lane of one thread
-    /// per core only burns host cores).
-    #[arg(long, env = "WORKER_THREADS", default_value_t = 0)]
+    /// ONNX Runtime intra-op threads per session; 0: ONNX Runtime's choice (one per physical
+    /// core) on the CPU, 1 with CUDA (there the CPU runs only a few shape operators; a pool per
+    /// lane of one thread per core only burns host cores). Not the async runtime's threads
+    /// (`--runtime-threads`; the gateway's and the load generator's `--threads`). Was `--threads`
+    /// (`WORKER_THREADS`, still read).
+    #[arg(long = "intra-op-threads", alias = "threads", env = "WORKER_INTRA_OP_THREADS", default_value_t = 0)]
     pub threads: usize,
 
     /// Threads of the async runtime (HTTP, tokenizing, batching); 0: one per CPU this process may
@@ -125,13 +128,20 @@ pub struct Config {
     pub min_batch_fill: Option<f64>,
 
     /// Most queries admitted at once (queued plus running, tokenizing included); beyond it
-    /// requests get 429. Default 1024 on the CPU, 8192 on a GPU.
-    #[arg(long, env = "WORKER_QUEUE_CAPACITY")]
+    /// requests get 429. Default 1024 on the CPU, 8192 on a GPU. Named as the gateway's limit of
+    /// the same kind; was `--queue-capacity` (`WORKER_QUEUE_CAPACITY`, still read).
+    #[arg(long = "max-outstanding", alias = "queue-capacity", env = "WORKER_MAX_OUTSTANDING")]
     pub queue_capacity: Option<usize>,
 
     /// Most tokens admitted at once (queued plus running); a request whose tokens do not fit gets
     /// 429. A query's tokens are its cost: a batch's time grows with them.
-    #[arg(long, env = "WORKER_QUEUE_CAPACITY_TOKENS", default_value_t = 65536)]
+    /// Was `--queue-capacity-tokens` (`WORKER_QUEUE_CAPACITY_TOKENS`, still read).
+    #[arg(
+        long = "max-outstanding-tokens",
+        alias = "queue-capacity-tokens",
+        env = "WORKER_MAX_OUTSTANDING_TOKENS",
+        default_value_t = 65536
+    )]
     pub queue_capacity_tokens: u64,
 
     /// A request of more tokens than this is heavy: it runs in a lane of its own, at a lower CPU
@@ -186,10 +196,33 @@ pub struct Config {
     #[command(flatten)]
     pub listener: listener::ListenerArgs<listener::WorkerEnv>,
 
+    /// Log filter (`tracing` env-filter syntax), as the gateway's.
+    #[arg(long, env = "RUST_LOG", default_value = "info,ort=warn")]
+    pub log: String,
+
     /// Log as JSON lines instead of text.
     #[arg(long, env = "WORKER_LOG_JSON")]
     pub log_json: bool,
 }
+
+/// Environment variables renamed to match their flags; the old names are still read.
+pub const RENAMED_ENV: &[listener::Renamed] = &[
+    listener::Renamed {
+        old: "WORKER_THREADS",
+        new: "WORKER_INTRA_OP_THREADS",
+        flags: &["--intra-op-threads", "--threads"],
+    },
+    listener::Renamed {
+        old: "WORKER_QUEUE_CAPACITY",
+        new: "WORKER_MAX_OUTSTANDING",
+        flags: &["--max-outstanding", "--queue-capacity"],
+    },
+    listener::Renamed {
+        old: "WORKER_QUEUE_CAPACITY_TOKENS",
+        new: "WORKER_MAX_OUTSTANDING_TOKENS",
+        flags: &["--max-outstanding-tokens", "--queue-capacity-tokens"],
+    },
+];
 
 impl Config {
     /// What the flag says, or the device's default (the doc comments above).
@@ -232,30 +265,6 @@ pub enum Toggle {
     Auto,
     On,
     Off,
-}
-
-/// The CUDA provider's `cudnn_conv_algo_search`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ConvAlgoSearch {
-    Exhaustive,
-    Heuristic,
-    Default,
-}
-
-/// `--cuda-sync`: how the backend thread waits for the GPU (`cuda_sched::CudaSync`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CudaSync {
-    Auto,
-    Spin,
-    Yield,
-    Blocking,
-}
-
-/// The CUDA provider's `arena_extend_strategy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ArenaExtend {
-    NextPowerOfTwo,
-    SameAsRequested,
 }
 
 impl Config {
@@ -379,11 +388,13 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/worker.md");
         let doc = std::fs::read_to_string(&path).expect("docs/worker.md");
         let cell = |c: &str| c.trim().trim_matches('`').to_owned();
+        // A renamed flag's cell reads "`--new` (was `--old`)": the first name is the flag's.
+        let first = |c: &str| c.split('`').nth(1).map_or_else(|| cell(c), str::to_owned);
         doc.lines()
             .filter(|l| l.starts_with("| `--"))
             .map(|l| {
                 let cols: Vec<&str> = l.split('|').collect();
-                (cell(cols[1]), (cell(cols[2]), cell(cols[3])))
+                (first(cols[1]), (first(cols[2]), cell(cols[3])))
             })
             .collect()
     }

@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod batching;
 pub mod capacity;
+pub mod class;
 pub mod config;
 pub mod core;
 pub mod http;

@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use wire::{GpuTelemetry, QueueStats};
 
-use crate::core::Class;
+use crate::class::Class;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {

@@ -26,6 +26,10 @@ fn the_charts_worker_arguments_parse_with_the_workers_parser() {
             let config = worker::Config::try_parse_from(argv("worker", &args))
                 .unwrap_or_else(|e| panic!("{name}: the worker refuses the chart's arguments {args:?}:\n{e}"));
             assert_eq!(config.listen.to_string(), "0.0.0.0:8000", "{name}");
+            // The chart passes flags by their names, not by the aliases kept for old scripts.
+            for alias in ["--threads", "--queue-capacity"] {
+                assert!(!args.iter().any(|a| a.starts_with(alias)), "{name}: {alias} is an alias: {args:?}");
+            }
             assert_eq!(config.model, PathBuf::from("/opt/model"), "{name}");
             // The pod outlives the worker's whole drain: requests, then as long for answers.
             assert!(

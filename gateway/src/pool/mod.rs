@@ -34,8 +34,8 @@ pub use registry::Pools;
 pub(crate) use registry::Targets;
 
 use crate::ctx::Ctx;
-use crate::signal::PoolSignal;
 use crate::task::AbortOnDrop;
+use wire::PoolSignal;
 
 /// Where a pool belongs in Kubernetes terms: the namespace whose external metrics requests see it,
 /// and the labels a metric label selector is matched against (always `pool`; pools fed by a

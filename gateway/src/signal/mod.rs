@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
+pub use wire::{PoolSignal, RawSignal, SignalMode};
 
 /// What one worker contributes, as read from its endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -89,33 +90,6 @@ pub fn worker_pressure(v: &WorkerView, t: Targets) -> WorkerPressure {
             }
         }
     }
-}
-
-/// The unsmoothed pool signal and its parts.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
-pub struct RawSignal {
-    pub raw: f64,
-    /// Calibrated: the workers' backlog beyond what they clear within the latency target, in
-    /// replicas. Fallback: the sum of the fresh workers' queue terms.
-    pub queue: f64,
-    /// Calibrated: `sum gpu / 100 / u` (the GPUs' own view; a floor only where saturated).
-    /// Fallback: the sum of the fresh workers' GPU terms.
-    pub gpu: f64,
-    /// Sum of the held pressures of stale workers (fallback only).
-    pub held: f64,
-    /// The requests waiting at the gateway for a worker, in replicas.
-    pub backlog: f64,
-    /// Calibrated: `lambda / (C x u)`, the offered demand in replicas (0 in the fallback).
-    #[serde(default)]
-    pub demand: f64,
-    /// Calibrated: what saturated workers ask for at least (0 in the fallback).
-    #[serde(default)]
-    pub saturation: f64,
-    pub workers: usize,
-    /// Workers with stale telemetry: the floor of the signal.
-    pub blind: usize,
-    /// Fresh workers that reported no GPU utilization.
-    pub gpu_missing: usize,
 }
 
 pub fn pool_raw(workers: &[WorkerPressure], backlog: u64, t: Targets) -> RawSignal {
@@ -189,47 +163,6 @@ impl Smoother {
         self.state = Some((next, now));
         next
     }
-}
-
-/// What `/v1/signal` serves and the HPA will read later.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct PoolSignal {
-    pub pool: String,
-    /// The pool's Kubernetes namespace (`--pool-namespace`, or its Service's).
-    pub namespace: String,
-    /// Replicas the pool needs at target: `max(smoothed raw, blind workers)`.
-    pub signal: f64,
-    /// Some worker's telemetry is stale (the signal holds and will not fall below `blind`).
-    pub stale: bool,
-    pub components: RawSignal,
-    /// Workers receiving traffic now.
-    pub ready_workers: usize,
-    /// Highest device memory used / total among the workers with a fresh GPU reading; `None`
-    /// when no worker has one (CPU workers, no driver): never a zero in place of a reading.
-    pub gpu_memory_used_ratio: Option<f64>,
-    /// `capacity` (the calibrated signal) or `queue` (the fallback: no capacity known yet).
-    pub mode: SignalMode,
-    /// Queries per second offered to the pool (admitted or refused) over `--demand-window`.
-    pub demand_per_s: f64,
-    /// One replica's capacity `C`, queries per second: the mean of the fresh workers' reports,
-    /// or the last known; `None` before any.
-    pub capacity_per_s: Option<f64>,
-    /// The target utilization `u`.
-    pub target_utilization: f64,
-    pub targets_queue: f64,
-    pub targets_gpu_pct: f64,
-    pub updated_unix_ms: u64,
-}
-
-/// How a pool's signal was computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SignalMode {
-    /// Offered demand over capacity ([`model`]).
-    Capacity,
-    /// Queue and GPU over their targets: no capacity known yet.
-    #[default]
-    Queue,
 }
 
 /// The pool signal from the smoothed raw value and the blind floor.

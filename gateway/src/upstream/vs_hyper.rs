@@ -9,6 +9,11 @@
 //! number of connections (the same keep-alive decisions). hyper is driven with the gateway's
 //! pooling rules (see `hypers`).
 //!
+//! The load generator's client (`loadtest::http1`, which reads heads with the same
+//! `http1-client` codec and has its own body reading and resend) is held to the same answers:
+//! the same status and body, or both an error, and the same number of connections (it has no
+//! use for the headers, so they are not compared).
+//!
 //! Deterministic: case `i` is generated from seed `i`; a failure prints the case's bytes.
 //! `UPSTREAM_CASE=N` runs case N alone; `UPSTREAM_CASES=N` runs N cases (20,000 ran clean).
 
@@ -327,6 +332,48 @@ async fn ours(addr: &str, n: usize, post: bool) -> Vec<Outcome> {
     outcomes
 }
 
+/// The load generator's client, with its resend rule: a request a reused connection could not
+/// deliver goes once more on a new connection (`loadtest/src/client.rs`).
+async fn loadtests(addr: &str, n: usize, post: bool) -> Vec<Outcome> {
+    use loadtest::http1::{Conn, Failure};
+    let request = if post {
+        format!(
+            "POST /predict HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
+        )
+    } else {
+        format!("GET /predict?query=hi HTTP/1.1\r\nhost: {addr}\r\n\r\n")
+    };
+    let sock: std::net::SocketAddr = addr.parse().unwrap();
+    let mut kept: Option<Conn> = None;
+    let mut outcomes = Vec::new();
+    for _ in 0..n {
+        let (outcome, conn) = with_deadline(async {
+            let mut conn = match kept.take() {
+                Some(c) => c,
+                None => Conn::connect(sock).await.unwrap(),
+            };
+            let mut r = conn.exchange(request.as_bytes(), false, true).await;
+            if matches!(r, Err(Failure::Stale)) {
+                conn = Conn::connect(sock).await.unwrap();
+                r = conn.exchange(request.as_bytes(), false, true).await;
+            }
+            match r {
+                Ok(a) => (Ok((a.status, None, None, a.body.unwrap_or_default())), a.keep_alive.then_some(conn)),
+                Err(_) => (Err(()), None),
+            }
+        })
+        .await;
+        outcomes.push(outcome);
+        kept = conn;
+    }
+    outcomes
+}
+
+/// An outcome without its headers (what the load generator reads).
+fn without_headers(o: &Outcome) -> Outcome {
+    o.clone().map(|(status, _, _, body)| (status, None, None, body))
+}
+
 async fn hyper_connect(addr: &str) -> SendRequest<Full<Bytes>> {
     let stream = TcpStream::connect(addr).await.unwrap();
     let (s, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
@@ -423,7 +470,26 @@ async fn the_worker_client_reads_answers_as_hyper_does() {
         let a = ours(&addr, ANSWERS, post).await;
         let (addr, hyper_conns, _stop) = worker(script.clone()).await;
         let b = hypers(&addr, ANSWERS, post).await;
+        let (addr, loadtest_conns, _stop) = worker(script.clone()).await;
+        let c = loadtests(&addr, ANSWERS, post).await;
         let (ours_conns, hyper_conns) = (ours_conns.load(Ordering::SeqCst), hyper_conns.load(Ordering::SeqCst));
+        let loadtest_conns = loadtest_conns.load(Ordering::SeqCst);
+        let b_bare: Vec<Outcome> = b.iter().map(without_headers).collect();
+        if c != b_bare || loadtest_conns != hyper_conns {
+            let mut m = format!("case {seed} ({}): connections loadtest {loadtest_conns}, hyper {hyper_conns}\n", {
+                if post { "POST" } else { "GET" }
+            });
+            for (i, s) in script.iter().enumerate() {
+                let _ = writeln!(
+                    m,
+                    "  answer {i}: loadtest {} | hyper {}\n    {:?}",
+                    show(&c[i]),
+                    show(&b_bare[i]),
+                    String::from_utf8_lossy(&s.bytes[..s.bytes.len().min(300)])
+                );
+            }
+            mismatches.push(m);
+        }
         tally[usize::from(a.iter().all(Result::is_ok))] += 1;
         if a != b || ours_conns != hyper_conns {
             let mut m = format!("case {seed} ({}): connections ours {ours_conns}, hyper {hyper_conns}\n", {

@@ -3,9 +3,9 @@
 //!
 //! Policy:
 //! - A request is admitted in two steps. Before tokenizing, its queries must fit in the query
-//!   capacity (`--queue-capacity`): this bounds the tokenizer's work and the memory of requests in
+//!   capacity (`--max-outstanding`): this bounds the tokenizer's work and the memory of requests in
 //!   hand. After tokenizing, its tokens are its cost (a batch's time grows with its tokens), and
-//!   they must fit in the token capacity (`--queue-capacity-tokens`). Either miss is a 429 at once.
+//!   they must fit in the token capacity (`--max-outstanding-tokens`). Either miss is a 429 at once.
 //!   A short request (tokenized on the runtime thread in microseconds) is tokenized first and
 //!   admitted in one step, by the same rules ([`Admission::try_admit_tokenized`]).
 //! - A request of more than `--heavy-request-tokens` tokens is *heavy*, any other *light*. Heavy
@@ -28,28 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use wire::QueueStats;
 
 use crate::batching::Limits;
-
-/// A request's class, and the lane its queries run in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Class {
-    Light,
-    Heavy,
-}
-
-impl Class {
-    pub const ALL: [Self; 2] = [Self::Light, Self::Heavy];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Light => "light",
-            Self::Heavy => "heavy",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
+pub use crate::class::Class;
 
 /// The capacities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
