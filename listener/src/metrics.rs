@@ -48,10 +48,17 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers every family in `registry` as `{prefix}_...` (e.g. `gateway`).
+    /// Registers every family in `registry` as `{prefix}_...` (e.g. `worker` into a registry
+    /// without a prefix). Into a registry that has a prefix of its own, the names get both:
+    /// `gateway_admin_connections_open` is `register(Registry::with_prefix("gateway"), "admin")`.
     pub fn register(registry: &mut Registry, prefix: &str) -> Self {
+        Self::register_in(registry.sub_registry_with_prefix(prefix))
+    }
+
+    /// Registers every family in `registry` under its own prefix only: a registry made
+    /// `with_prefix("gateway")` gets `gateway_connections_open`, not `gateway_gateway_...`.
+    pub fn register_in(r: &mut Registry) -> Self {
         let m = Self::default();
-        let r = registry.sub_registry_with_prefix(prefix);
         r.register("connections_open", "Client connections open now", m.open.clone());
         r.register("connections_limit", "Most client connections open at once (--max-connections)", m.limit.clone());
         r.register("connections_accepted", "Client connections accepted and served", m.accepted.clone());
@@ -130,6 +137,18 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_a_prefixed_registry_the_prefix_is_not_doubled() {
+        let mut registry = Registry::with_prefix("gateway");
+        Metrics::register_in(&mut registry).accepted.inc();
+        Metrics::register(&mut registry, "admin").accepted.inc();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("\ngateway_connections_accepted_total 1"), "{text}");
+        assert!(text.contains("\ngateway_admin_connections_accepted_total 1"), "{text}");
+        assert!(!text.contains("gateway_gateway"), "{text}");
+    }
 
     #[test]
     fn families_are_named_under_the_callers_prefix() {
