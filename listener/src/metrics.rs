@@ -5,8 +5,10 @@
 //! | `{p}_connections_open` | gauge | client connections open now |
 //! | `{p}_connections_limit` | gauge | the effective `--max-connections` |
 //! | `{p}_connections_accepted_total` | counter | connections accepted and served |
+//! | `{p}_connections_limit_per_address` | gauge | the effective `--max-connections-per-address` |
 //! | `{p}_connections_refused_total` | counter | connections answered 503 (or closed) at the cap |
-//! | `{p}_connections_evicted_total` | counter | idle keep-alive connections closed to make room at the cap |
+//! | `{p}_connections_refused_per_address_total` | counter | connections answered 503 (or closed) because their address held `--max-connections-per-address` |
+//! | `{p}_connections_evicted_total` | counter | connections without a request in progress (idle, or waiting for a head) closed to make room at the cap |
 //! | `{p}_connections_timed_out_total{timeout}` | counter | requests or connections ended by a timeout: `header`, `body`, `idle`, `send` |
 //! | `{p}_accept_errors_total` | counter | failed `accept` calls (e.g. out of file descriptors) |
 //! | `{p}_request_body_buffered_bytes` | gauge | bytes of request bodies held now |
@@ -37,8 +39,10 @@ struct ErrorLabels {
 pub struct Metrics {
     pub(crate) open: Gauge,
     pub(crate) limit: Gauge,
+    pub(crate) limit_per_address: Gauge,
     pub(crate) accepted: Counter,
     pub(crate) refused: Counter,
+    pub(crate) refused_per_address: Counter,
     pub(crate) evicted: Counter,
     pub(crate) accept_errors: Counter,
     timeouts: Family<TimeoutLabels, Counter>,
@@ -68,8 +72,18 @@ impl Metrics {
             m.refused.clone(),
         );
         r.register(
+            "connections_limit_per_address",
+            "Most client connections open at once from one address (--max-connections-per-address)",
+            m.limit_per_address.clone(),
+        );
+        r.register(
+            "connections_refused_per_address",
+            "Client connections refused because their address held --max-connections-per-address",
+            m.refused_per_address.clone(),
+        );
+        r.register(
             "connections_evicted",
-            "Idle keep-alive connections closed to make room at --max-connections",
+            "Connections without a request in progress closed to make room at --max-connections",
             m.evicted.clone(),
         );
         r.register(
@@ -110,6 +124,10 @@ impl Metrics {
 
     pub fn connections_refused(&self) -> u64 {
         self.refused.get()
+    }
+
+    pub fn connections_refused_per_address(&self) -> u64 {
+        self.refused_per_address.get()
     }
 
     pub fn accept_errors(&self) -> u64 {
