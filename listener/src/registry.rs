@@ -3,11 +3,14 @@
 //! Touched twice when a connection opens and twice when it closes (a short mutex), never per
 //! request.
 //!
-//! Making room at the cap ([`Registry::make_room`]) closes connections that hold a place without
-//! a request in progress, those of the addresses holding the most connections first (a flood
-//! from one address pays for itself, as nginx's and HAProxy's per-source tracking intend), and
+//! Making room at the cap ([`Registry::make_room`]) for a newcomer closes connections that hold
+//! a place without a request in progress, those of the addresses holding the most connections
+//! first (a flood pays for itself, as nginx's and HAProxy's per-source tracking intend), and
 //! among one address's the longest waiting: idle keep-alive connections are asked to close
-//! (drain), connections still waiting for a request head are closed at once.
+//! (drain), connections still waiting for a request head are closed at once. Only connections of
+//! addresses holding more than the newcomer's are taken (idle ones: at least as many), so a
+//! flooding address cannot push out anyone smaller than itself, and at the cap its new
+//! connections are refused while a client holding fewer gets in.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -59,6 +62,11 @@ pub(crate) struct AddrSlot {
 impl AddrSlot {
     pub(crate) fn key(&self) -> AddrKey {
         self.key
+    }
+
+    /// Connections its address holds now, this one included.
+    pub(crate) fn held(&self) -> usize {
+        self.registry.lock().per_address.get(&self.key).copied().unwrap_or(0)
     }
 }
 
@@ -145,16 +153,24 @@ impl Registry {
     }
 
     /// Closes up to `n` connections without a request in progress (idle, or waiting for a
-    /// head), those of the addresses holding the most first, then the longest waiting; returns
-    /// how many.
-    pub(crate) fn make_room(&self, n: usize) -> usize {
+    /// head) for a newcomer whose address holds `holds` (itself included; 0: any may go): those
+    /// of the addresses holding more than it (idle ones: at least as many), the biggest first,
+    /// then the longest waiting; returns how many.
+    pub(crate) fn make_room(&self, n: usize, holds: usize) -> usize {
         let inner = self.lock();
         let mut victims: Vec<(usize, Instant, &Arc<ConnState>)> = inner
             .conns
             .iter()
-            .map(|(_, (c, addr))| (c, addr))
-            .filter(|(c, _)| matches!(c.phase(), Phase::Idle | Phase::Head) && c.signals() & (EVICT | ABORT) == 0)
-            .map(|(c, addr)| (inner.per_address.get(addr).copied().unwrap_or(0), c.since(), c))
+            .filter(|(_, (c, _))| c.signals() & (EVICT | ABORT) == 0)
+            .filter_map(|(_, (c, addr))| {
+                let count = inner.per_address.get(addr).copied().unwrap_or(0);
+                let may = match c.phase() {
+                    Phase::Idle => count >= holds,
+                    Phase::Head => count > holds,
+                    Phase::Busy | Phase::Flushing => false,
+                };
+                may.then(|| (count, c.since(), c))
+            })
             .collect();
         let order = |a: &(usize, Instant, &Arc<ConnState>), b: &(usize, Instant, &Arc<ConnState>)| {
             b.0.cmp(&a.0).then(a.1.cmp(&b.1))
@@ -224,11 +240,12 @@ mod tests {
         let flood_idle = open(flood);
         answered_at(&flood_idle, base + Duration::from_secs(5));
         open(flood).busy();
-        assert_eq!(r.make_room(4), 4);
-        assert!(flood_heads.iter().all(|c| c.signals() & ABORT != 0), "head-pending: closed now");
+        assert_eq!(r.make_room(4, 5), 1, "a newcomer of the flood takes only the flood's idle one");
         assert!(flood_idle.signals() & (EVICT | ABORT) == EVICT, "idle: drained");
+        assert_eq!(r.make_room(4, 3), 3, "a newcomer of the user's");
+        assert!(flood_heads.iter().all(|c| c.signals() & ABORT != 0), "head-pending: closed now");
         assert_eq!(user_idle.signals() | user_busy.signals(), 0, "the user loses nothing");
-        assert_eq!(r.make_room(4), 1, "then the user's idle one, never a busy one");
+        assert_eq!(r.make_room(4, 0), 1, "then the user's idle one, never a busy one");
         assert!(user_idle.draining());
         drop(keep);
         assert_eq!((r.len(), r.held_by(flood), r.held_by(user)), (0, 0, 0));

@@ -7,9 +7,10 @@
 //! At the cap (`--max-connections`) a new connection is still accepted, never left in the
 //! kernel's backlog (where clients hang until their connect timeout and a load balancer cannot
 //! tell why). First connections without a request in progress are closed, those of the
-//! addresses holding the most connections first (idle keep-alive connections drain; those still
-//! waiting for a request head close at once: nginx too closes idle connections when it runs
-//! out), and the new one waits up to [`EVICT_WAIT`] for their place. If none could be closed, it
+//! addresses holding the most connections first and only of addresses holding more than the new
+//! connection's (idle keep-alive connections drain; those still waiting for a request head close
+//! at once: nginx too closes idle connections when it runs out), and the new one waits up to
+//! [`EVICT_WAIT`] for their place. If none could be closed, it
 //! is answered 503 `overloaded` with `Retry-After` and `Connection: close` (read or not, the
 //! request is not served), as every other overload in this project is. At most
 //! [`refusal_slots`] such answers are in progress at once; beyond that a connection is closed at
@@ -177,7 +178,7 @@ impl Server {
                 }
                 Err(e) => {
                     admit.shared.metrics.accept_errors.inc();
-                    let evicted = admit.shared.registry.make_room(EVICT_BATCH);
+                    let evicted = admit.shared.registry.make_room(EVICT_BATCH, 0);
                     let wait = backoff.next();
                     if wait == Backoff::FIRST {
                         tracing::warn!(error = %e, evicted, "accept failed; backing off");
@@ -256,24 +257,34 @@ where
             tokio::spawn(conn::serve(stream, Arc::clone(&self.shared), self.service.clone(), permit, address));
             return;
         }
-        let evicted = self.shared.registry.make_room(EVICT_BATCH);
-        let Ok(slot) = Arc::clone(&self.refusals).try_acquire_owned() else {
+        let evicted = self.shared.registry.make_room(EVICT_BATCH, address.held());
+        let refusal = Arc::clone(&self.refusals).try_acquire_owned().ok();
+        if evicted == 0 && refusal.is_none() {
             self.shared.metrics.refused.inc();
             return;
-        };
-        let (shared, permits, service, retry_after_s) =
-            (Arc::clone(&self.shared), Arc::clone(&self.permits), self.service.clone(), self.retry_after_s);
+        }
+        let (shared, permits, refusals, service, retry_after_s) = (
+            Arc::clone(&self.shared),
+            Arc::clone(&self.permits),
+            Arc::clone(&self.refusals),
+            self.service.clone(),
+            self.retry_after_s,
+        );
+        // A newcomer that made room waits for it without a refusal slot (each such wait closed
+        // a connection, so they are bounded by the connections there are to close).
         tokio::spawn(async move {
             if evicted > 0
                 && let Ok(Ok(permit)) = tokio::time::timeout(EVICT_WAIT, permits.acquire_owned()).await
             {
-                drop(slot);
+                drop(refusal);
                 return conn::serve(stream, shared, service, permit, address).await;
             }
             drop(address);
             shared.metrics.refused.inc();
-            refuse(stream, retry_after_s).await;
-            drop(slot);
+            if let Some(slot) = refusal.or_else(|| refusals.try_acquire_owned().ok()) {
+                refuse(stream, retry_after_s).await;
+                drop(slot);
+            }
         });
     }
 
