@@ -8,9 +8,9 @@
 //! first (a flood pays for itself, as nginx's and HAProxy's per-source tracking intend), and
 //! among one address's the longest waiting: idle keep-alive connections are asked to close
 //! (drain), connections still waiting for a request head are closed at once. Only connections of
-//! addresses holding more than the newcomer's are taken (idle ones: at least as many), so a
-//! flooding address cannot push out anyone smaller than itself, and at the cap its new
-//! connections are refused while a client holding fewer gets in.
+//! addresses holding at least twice the newcomer's are taken (idle ones: at least as many), so
+//! a flooding address cannot push out anyone smaller than itself nor churn with flooders of its
+//! size, and at the cap its new connections are refused while a client holding few gets in.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -154,7 +154,7 @@ impl Registry {
 
     /// Closes up to `n` connections without a request in progress (idle, or waiting for a
     /// head) for a newcomer whose address holds `holds` (itself included; 0: any may go): those
-    /// of the addresses holding more than it (idle ones: at least as many), the biggest first,
+    /// of the addresses holding twice as many (idle ones: at least as many), the biggest first,
     /// then the longest waiting; returns how many.
     pub(crate) fn make_room(&self, n: usize, holds: usize) -> usize {
         let inner = self.lock();
@@ -166,7 +166,9 @@ impl Registry {
                 let count = inner.per_address.get(addr).copied().unwrap_or(0);
                 let may = match c.phase() {
                     Phase::Idle => count >= holds,
-                    Phase::Head => count > holds,
+                    // Twice as many: flooding addresses of about the same size do not close each
+                    // other's connections (their new ones are refused), a client holding few does.
+                    Phase::Head => count >= holds.saturating_mul(2).max(holds + 1),
                     Phase::Busy | Phase::Flushing => false,
                 };
                 may.then(|| (count, c.since(), c))
@@ -242,7 +244,8 @@ mod tests {
         open(flood).busy();
         assert_eq!(r.make_room(4, 5), 1, "a newcomer of the flood takes only the flood's idle one");
         assert!(flood_idle.signals() & (EVICT | ABORT) == EVICT, "idle: drained");
-        assert_eq!(r.make_room(4, 3), 3, "a newcomer of the user's");
+        assert_eq!(r.make_room(4, 3), 0, "a newcomer holding more than half the flood's takes none of it");
+        assert_eq!(r.make_room(3, 2), 3, "a newcomer of the user's: the flood's first");
         assert!(flood_heads.iter().all(|c| c.signals() & ABORT != 0), "head-pending: closed now");
         assert_eq!(user_idle.signals() | user_busy.signals(), 0, "the user loses nothing");
         assert_eq!(r.make_room(4, 0), 1, "then the user's idle one, never a busy one");
