@@ -41,7 +41,12 @@ async fn connect_from(from: Ipv4Addr, to: SocketAddr) -> std::io::Result<TcpStre
 
 /// Keeps opening bare connections (nothing sent) from each of `from` to `to` until `stop`,
 /// holding up to `per_address` of each open at once (closed ones are replaced); counts opens.
-fn flood(from: Vec<Ipv4Addr>, to: SocketAddr, per_address: usize, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+fn flood(
+    from: Vec<Ipv4Addr>,
+    to: SocketAddr,
+    per_address: usize,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
     tokio::spawn(async move {
         let opened = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
@@ -88,7 +93,11 @@ async fn legitimate(url: &str, clients: usize, stop: Arc<AtomicBool>) -> (u64, V
             let (mut ok, mut bad) = (0u64, Vec::new());
             while !stop.load(Ordering::SeqCst) {
                 let c = if fresh {
-                    reqwest::Client::builder().timeout(Duration::from_secs(10)).pool_max_idle_per_host(0).build().unwrap()
+                    reqwest::Client::builder()
+                        .timeout(Duration::from_secs(10))
+                        .pool_max_idle_per_host(0)
+                        .build()
+                        .unwrap()
                 } else {
                     keep.clone()
                 };
@@ -96,7 +105,11 @@ async fn legitimate(url: &str, clients: usize, stop: Arc<AtomicBool>) -> (u64, V
                     Ok(r) if r.status() == 200 => ok += 1,
                     Ok(r) => {
                         let retry_after = r.headers().contains_key("retry-after");
-                        bad.push(format!("{} retry-after={retry_after} {}", r.status(), r.text().await.unwrap_or_default()));
+                        bad.push(format!(
+                            "{} retry-after={retry_after} {}",
+                            r.status(),
+                            r.text().await.unwrap_or_default()
+                        ));
                     }
                     Err(e) => bad.push(format!("transport ({}): {e:?}", if fresh { "new connection" } else { "kept" })),
                 }
@@ -158,7 +171,8 @@ async fn flood_beside_clients(
     println!("client: {ok} answered 200, {} not; the flood opened {opened} connections", bad.len());
     assert!(ok >= 40, "the client got only {ok} answers in 4 s");
     let lost = bad.len() as f64 / (ok as f64 + bad.len() as f64);
-    let refused_properly = |b: &String| b.starts_with("503 ") && b.contains("retry-after=true") && b.contains("overloaded");
+    let refused_properly =
+        |b: &String| b.starts_with("503 ") && b.contains("retry-after=true") && b.contains("overloaded");
     assert!(
         lost <= may_lose && bad.iter().all(refused_properly),
         "the client lost {} requests: {:?}",

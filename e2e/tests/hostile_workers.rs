@@ -88,7 +88,9 @@ async fn serve(mut sock: TcpStream, mode: Arc<AtomicU8>, predicts: Arc<AtomicU64
             answer("200 OK", "text/plain", "ready")
         } else if path.starts_with("/predict") {
             predicts.fetch_add(1, Ordering::SeqCst);
-            let html = format!("<html><pre>Traceback (most recent call last):\n  File \"{SECRET}/app.py\", line 42</pre></html>");
+            let html = format!(
+                "<html><pre>Traceback (most recent call last):\n  File \"{SECRET}/app.py\", line 42</pre></html>"
+            );
             match mode.load(Ordering::SeqCst) {
                 0 => answer("500 Internal Server Error", "text/html", &html),
                 1 => answer("200 OK", "text/html", &html),
@@ -98,7 +100,8 @@ async fn serve(mut sock: TcpStream, mode: Arc<AtomicU8>, predicts: Arc<AtomicU64
                     &format!(r#"{{"error":"CUDA error at {SECRET}/kernel.cu:7","error_type":"internal"}}"#),
                 ),
                 m => {
-                    let length = if m == Mode::HugeLength as u8 { format!("content-length: {HUGE}\r\n") } else { String::new() };
+                    let length =
+                        if m == Mode::HugeLength as u8 { format!("content-length: {HUGE}\r\n") } else { String::new() };
                     let head = format!("HTTP/1.1 200 OK\r\ncontent-type: {json}\r\n{length}connection: close\r\n\r\n");
                     if sock.write_all(head.as_bytes()).await.is_err() {
                         return;
@@ -188,7 +191,8 @@ async fn a_worker_answering_5xx_or_html_beside_a_real_one_costs_clients_nothing(
     let _serial = SERIAL.lock().await;
     let (_worker, hostile, _gw, url, admin) = start(Mode::Html500, &[]).await;
     let c = client();
-    for (mode, reason) in [(Mode::Html500, "malformed"), (Mode::Html200, "malformed"), (Mode::Json500, "server_error")] {
+    for (mode, reason) in [(Mode::Html500, "malformed"), (Mode::Html200, "malformed"), (Mode::Json500, "server_error")]
+    {
         hostile.set(mode);
         let before = hostile.predicts.load(Ordering::SeqCst);
         let answers = load(&url, &hostile, 8, 20, Duration::from_secs(15)).await;

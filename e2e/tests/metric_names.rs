@@ -204,7 +204,8 @@ async fn every_metric_name_in_the_docs_dashboard_and_rules_is_served() {
     names.extend(served(get(&c, &format!("{}/metrics", worker.url)).await.body.as_str().unwrap_or_default()));
     assert!(names.iter().all(|n| !n.starts_with("gateway_gateway_")), "a doubled prefix is served");
 
-    let binaries = [testkit::bin("gateway"), testkit::bin("worker")].map(|p| std::fs::read(&p).expect("a built binary"));
+    let binaries =
+        [testkit::bin("gateway"), testkit::bin("worker")].map(|p| std::fs::read(&p).expect("a built binary"));
     let registered = |name: &str| {
         let bare = name.strip_prefix("gateway_").unwrap_or(name);
         let bare = bare.strip_suffix("_total").unwrap_or(bare).as_bytes();

@@ -153,7 +153,12 @@ impl Upstream {
     /// Send `out` on the connection `conn` asks for and read the answer, its body within `limit`
     /// (a size, or a size and the budget to charge). Sends once: [`Error::Stale`] is the caller's
     /// to resend.
-    pub async fn request<'l>(&self, out: Outgoing<'_>, limit: impl Into<Limit<'l>>, conn: Conn) -> Result<Answer, Error> {
+    pub async fn request<'l>(
+        &self,
+        out: Outgoing<'_>,
+        limit: impl Into<Limit<'l>>,
+        conn: Conn,
+    ) -> Result<Answer, Error> {
         let limit = limit.into();
         let reused = match conn {
             Conn::Reuse => self.checkout(),
