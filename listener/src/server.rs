@@ -158,7 +158,12 @@ impl Server {
             service,
             retry_after_s: config.retry_after_s,
             cap: config.max_connections,
-            per_address: config.max_connections_per_address,
+            // At the whole cap it adds nothing: the cap's own rules (make room, else 503) apply.
+            per_address: if config.max_connections_per_address < config.max_connections {
+                config.max_connections_per_address
+            } else {
+                usize::MAX
+            },
         };
         let mut shutdown = pin!(shutdown);
         let mut backoff = Backoff::default();
@@ -226,7 +231,7 @@ struct Admit<S> {
     retry_after_s: u64,
     /// The permits `permits` was made with.
     cap: usize,
-    /// `--max-connections-per-address`.
+    /// `--max-connections-per-address`; `usize::MAX` when it is the whole cap.
     per_address: usize,
 }
 
