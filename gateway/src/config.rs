@@ -116,9 +116,25 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_MAX_QUERY_TOKENS", default_value_t = 128)]
     pub max_query_tokens: u64,
 
-    /// Largest request body accepted (bytes); beyond it 413 `too_large`.
-    #[arg(long, env = "GATEWAY_MAX_BODY_BYTES", default_value_t = 1 << 20)]
+    /// Largest request body accepted (bytes); beyond it 413 `too_large`. The default is the
+    /// worker's (`--max-body-bytes` there): a body between the two would be buffered, forwarded
+    /// and refused by the worker. Raise both together.
+    #[arg(long, env = "GATEWAY_MAX_BODY_BYTES", default_value_t = wire::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+
+    /// Largest worker answer body accepted (bytes): the largest a worker can legitimately send,
+    /// a batch of 64 queries (the worker's `--max-queries`) with `all_scores` over about 350
+    /// labels of 30 characters. A larger answer is refused before it is read, the worker counted
+    /// as failing, and the request retried on another worker (502 `upstream` if none is left).
+    #[arg(long, env = "GATEWAY_MAX_ANSWER_BYTES", default_value_t = 1 << 20)]
+    pub max_answer_bytes: usize,
+
+    /// Most bytes of worker answers held in memory at once, over all requests in flight (from
+    /// the first byte read until the client's copy is written). An answer that does not fit is
+    /// refused: 502 `upstream`, the worker counted as failing. Answers over 64 KiB may use only
+    /// three quarters of it, so large answers cannot starve small ones.
+    #[arg(long, env = "GATEWAY_MAX_BUFFERED_ANSWER_BYTES", default_value_t = 64 << 20)]
+    pub max_buffered_answer_bytes: usize,
 
     /// How long a request waits for a ready worker before 503 `unavailable`.
     #[arg(long, env = "GATEWAY_NO_WORKER_WAIT", default_value = "1s", value_parser = parse_duration)]

@@ -88,7 +88,7 @@ pub async fn build_with_kube_client(config: Config, kube: Option<kube::Client>) 
         .collect::<Result<_, _>>()?;
     let targets = discovery::static_targets(&config.default_pool, &config.workers, &config.pool_workers)?;
     let known = discovery::k8s::pool_metas(&k8s)?;
-    let ctx = Arc::new(Ctx { metrics: metrics::Metrics::default(), config });
+    let ctx = Arc::new(Ctx::new(config, metrics::Metrics::default()));
     let pools = pool::Pools::new(Arc::clone(&ctx), known);
     pools.ensure(&ctx.config.default_pool);
     for spec in &k8s {

@@ -66,6 +66,8 @@ pub struct Metrics {
     pub panics: Family<PanicLabels, Counter>,
     pub outstanding: Gauge,
     pub outstanding_tokens: Gauge,
+    pub answer_buffered: Gauge,
+    pub answer_buffered_limit: Gauge,
     pub worker_outstanding: Family<WorkerLabels, Gauge>,
     pub worker_queue: Family<WorkerLabels, FGauge>,
     pub worker_gpu: Family<WorkerLabels, FGauge>,
@@ -106,6 +108,8 @@ impl Default for Metrics {
             panics: Family::default(),
             outstanding: Gauge::default(),
             outstanding_tokens: Gauge::default(),
+            answer_buffered: Gauge::default(),
+            answer_buffered_limit: Gauge::default(),
             worker_outstanding: Family::default(),
             worker_queue: Family::default(),
             worker_gpu: Family::default(),
@@ -163,6 +167,16 @@ impl Metrics {
             "outstanding_tokens",
             "Estimated tokens of the requests held by the gateway now",
             self.outstanding_tokens.clone(),
+        );
+        r.register(
+            "answer_buffered_bytes",
+            "Bytes of worker answers held in memory now (--max-buffered-answer-bytes)",
+            self.answer_buffered.clone(),
+        );
+        r.register(
+            "answer_buffered_limit_bytes",
+            "Most bytes of worker answers held at once (--max-buffered-answer-bytes)",
+            self.answer_buffered_limit.clone(),
         );
         r.register(
             "worker_outstanding",

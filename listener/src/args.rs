@@ -1,4 +1,4 @@
-//! The five connection-hygiene flags, defined once for both binaries, and the [`Config`] they
+//! The six connection-hygiene flags, defined once for both binaries, and the [`Config`] they
 //! make.
 //!
 //! Each binary flattens [`ListenerArgs`] into its own clap struct. The environment variables
@@ -32,17 +32,24 @@ pub const MAX_URI_BYTES: usize = 8 << 10;
 /// answered 431.
 pub const MAX_HEADERS: usize = 100;
 
-/// The environment variable names of the five flags, one implementation per binary.
+/// The environment variable names of the flags, one implementation per binary, and the one
+/// default that differs between the binaries.
 pub trait EnvNames: Clone + Send + Sync + 'static {
     const HEADER_READ_TIMEOUT: &'static str;
     const BODY_READ_TIMEOUT: &'static str;
     const IDLE_TIMEOUT: &'static str;
     const MAX_CONNECTIONS: &'static str;
+    const MAX_CONNECTIONS_PER_ADDRESS: &'static str;
     const MAX_BUFFERED_BODY_BYTES: &'static str;
+    /// Without `--max-connections-per-address`, one address may hold `--max-connections`
+    /// divided by this: 4 for the gateway (its clients are many), 1 for the worker (its clients
+    /// are gateways, each of which opens up to its `--max-outstanding` connections from one
+    /// address).
+    const ADDRESS_SHARE: usize;
 }
 
 macro_rules! env_names {
-    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal, $share:literal) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, Default)]
         pub struct $name;
@@ -51,7 +58,9 @@ macro_rules! env_names {
             const BODY_READ_TIMEOUT: &'static str = concat!($prefix, "BODY_READ_TIMEOUT");
             const IDLE_TIMEOUT: &'static str = concat!($prefix, "IDLE_TIMEOUT");
             const MAX_CONNECTIONS: &'static str = concat!($prefix, "MAX_CONNECTIONS");
+            const MAX_CONNECTIONS_PER_ADDRESS: &'static str = concat!($prefix, "MAX_CONNECTIONS_PER_ADDRESS");
             const MAX_BUFFERED_BODY_BYTES: &'static str = concat!($prefix, "MAX_BUFFERED_BODY_BYTES");
+            const ADDRESS_SHARE: usize = $share;
         }
     };
 }
@@ -59,12 +68,14 @@ macro_rules! env_names {
 env_names!(
     /// `GATEWAY_HEADER_READ_TIMEOUT`, `GATEWAY_BODY_READ_TIMEOUT`, ...
     GatewayEnv,
-    "GATEWAY_"
+    "GATEWAY_",
+    4
 );
 env_names!(
     /// `WORKER_HEADER_READ_TIMEOUT`, `WORKER_BODY_READ_TIMEOUT`, ...
     WorkerEnv,
-    "WORKER_"
+    "WORKER_",
+    1
 );
 
 /// Connection hygiene of the client port (`#[command(flatten)]` into the binary's config).
@@ -98,6 +109,15 @@ pub struct ListenerArgs<E: EnvNames> {
     #[arg(long, env = E::MAX_CONNECTIONS, default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = parse_count)]
     pub max_connections: usize,
 
+    /// Most client connections open at once from one address (one /64 for IPv6: a host has
+    /// the whole prefix), so that one address cannot fill `--max-connections` and lock the others
+    /// out (nginx `limit_conn`, HAProxy `src_conn_cur`). Beyond it a new connection is answered
+    /// 503 `overloaded` with `Retry-After` and closed. Unset: the gateway allows a quarter of
+    /// `--max-connections`, the worker all of it (its clients are gateways, one address each).
+    /// Behind a proxy or source NAT, where many clients share an address, raise it.
+    #[arg(long, env = E::MAX_CONNECTIONS_PER_ADDRESS, value_parser = parse_count)]
+    pub max_connections_per_address: Option<usize>,
+
     /// Most bytes of request bodies held in memory at once, over all connections (bodies being
     /// received and bodies of requests not yet answered). A body that would pass it is
     /// answered 503 `overloaded` with `Retry-After`; bodies over 64 KiB may use only three
@@ -116,6 +136,7 @@ impl<E: EnvNames> Default for ListenerArgs<E> {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: None,
             max_buffered_body_bytes: DEFAULT_MAX_BUFFERED_BODY_BYTES,
             _env: PhantomData,
         }
@@ -131,6 +152,10 @@ impl<E: EnvNames> ListenerArgs<E> {
             body_read_timeout: self.body_read_timeout,
             idle_timeout: self.idle_timeout,
             max_connections: self.max_connections,
+            max_connections_per_address: self
+                .max_connections_per_address
+                .unwrap_or(self.max_connections / E::ADDRESS_SHARE)
+                .clamp(1, self.max_connections),
             max_buffered_body_bytes: self.max_buffered_body_bytes,
             ..Config::default()
         }
@@ -144,6 +169,8 @@ pub struct Config {
     pub body_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// Most connections from one address (IPv6: one /64); at most `max_connections`.
+    pub max_connections_per_address: usize,
     pub max_buffered_body_bytes: usize,
     /// After shutdown is asked for, how long requests already received may take before the
     /// remaining connections are closed anyway.
@@ -159,6 +186,7 @@ impl Default for Config {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: DEFAULT_MAX_CONNECTIONS,
             max_buffered_body_bytes: DEFAULT_MAX_BUFFERED_BODY_BYTES,
             drain_timeout: Duration::from_secs(30),
             retry_after_s: 1,
@@ -203,6 +231,16 @@ mod tests {
         let a = Gw::try_parse_from(["gw", "--header-read-timeout", "250ms", "--idle-timeout", "2m"]).unwrap().listener;
         assert_eq!(a.header_read_timeout, Duration::from_millis(250));
         assert_eq!(a.idle_timeout, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn the_per_address_cap_defaults_to_a_share_of_the_cap_and_never_exceeds_it() {
+        let a = Gw::try_parse_from(["gw"]).unwrap().listener.config();
+        assert_eq!(a.max_connections_per_address, DEFAULT_MAX_CONNECTIONS / 4);
+        let a = Gw::try_parse_from(["gw", "--max-connections", "100", "--max-connections-per-address", "500"]);
+        assert_eq!(a.unwrap().listener.config().max_connections_per_address, 100);
+        let w = ListenerArgs::<WorkerEnv>::default().config();
+        assert_eq!(w.max_connections_per_address, DEFAULT_MAX_CONNECTIONS, "a worker's clients are gateways");
     }
 
     #[test]

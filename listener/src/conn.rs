@@ -20,7 +20,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::io::Io;
 use crate::metrics::Metrics;
 use crate::phase::{ABORT, Clock, ConnState, DRAIN, Deadlines, EVICT, EXPIRED, Phase, TimeoutKind};
-use crate::registry::Registry;
+use crate::registry::{AddrSlot, Registry};
 use crate::service::Tracked;
 
 /// What every connection of one listener shares.
@@ -79,17 +79,23 @@ impl Drop for Open<'_> {
     }
 }
 
-/// Serves one accepted connection until it ends; holds `_permit` (a place under the cap) until
-/// then.
-pub(crate) async fn serve<S, B>(stream: TcpStream, shared: Arc<Shared>, service: S, _permit: OwnedSemaphorePermit)
-where
+/// Serves one accepted connection until it ends; holds `_permit` (a place under the cap) and
+/// `address` (its address's place under the per-address cap) until then.
+pub(crate) async fn serve<S, B>(
+    stream: TcpStream,
+    shared: Arc<Shared>,
+    service: S,
+    _permit: OwnedSemaphorePermit,
+    address: AddrSlot,
+) where
     S: Service<Request<Incoming>, Response = Response<B>>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     B: Body<Data = Bytes> + From<Bytes> + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let state = Arc::new(ConnState::new(Arc::clone(&shared.clock)));
-    let _entry = shared.registry.insert(Arc::clone(&state));
+    let _entry = shared.registry.insert(Arc::clone(&state), address.key());
+    let _address = address;
     shared.metrics.accepted.inc();
     shared.metrics.open.inc();
     let _open = Open(&shared.metrics);

@@ -6,12 +6,13 @@
 //!   holds the policy), with one timer per connection that no request touches;
 //! - a body deadline, a per-request size limit and a process-wide budget of buffered body bytes,
 //!   applied by [`BodyReader::collect`], whose [`Error`] maps to a JSON answer;
-//! - a cap on open connections that evicts idle ones, then answers 503, and backs off on
-//!   `EMFILE`;
+//! - a cap on open connections per client address (IPv6: per /64), and a cap on all of them
+//!   that closes idle and head-pending connections of the addresses holding the most, then
+//!   answers 503, and backs off on `EMFILE`;
 //! - a drain that answers every request already received;
 //! - JSON bodies on the listener's own answers (408, 414, 431, 503) and on hyper's answers to
 //!   heads it cannot parse;
-//! - [`Metrics`] under the binary's prefix, and the five flags as [`ListenerArgs`].
+//! - [`Metrics`] under the binary's prefix, and the six flags as [`ListenerArgs`].
 //!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {

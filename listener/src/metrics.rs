@@ -5,8 +5,10 @@
 //! | `{p}_connections_open` | gauge | client connections open now |
 //! | `{p}_connections_limit` | gauge | the effective `--max-connections` |
 //! | `{p}_connections_accepted_total` | counter | connections accepted and served |
+//! | `{p}_connections_limit_per_address` | gauge | the effective `--max-connections-per-address` |
 //! | `{p}_connections_refused_total` | counter | connections answered 503 (or closed) at the cap |
-//! | `{p}_connections_evicted_total` | counter | idle keep-alive connections closed to make room at the cap |
+//! | `{p}_connections_refused_per_address_total` | counter | connections answered 503 (or closed) because their address held `--max-connections-per-address` |
+//! | `{p}_connections_evicted_total` | counter | connections without a request in progress (idle, or waiting for a head) closed to make room at the cap |
 //! | `{p}_connections_timed_out_total{timeout}` | counter | requests or connections ended by a timeout: `header`, `body`, `idle`, `send` |
 //! | `{p}_accept_errors_total` | counter | failed `accept` calls (e.g. out of file descriptors) |
 //! | `{p}_request_body_buffered_bytes` | gauge | bytes of request bodies held now |
@@ -37,8 +39,10 @@ struct ErrorLabels {
 pub struct Metrics {
     pub(crate) open: Gauge,
     pub(crate) limit: Gauge,
+    pub(crate) limit_per_address: Gauge,
     pub(crate) accepted: Counter,
     pub(crate) refused: Counter,
+    pub(crate) refused_per_address: Counter,
     pub(crate) evicted: Counter,
     pub(crate) accept_errors: Counter,
     timeouts: Family<TimeoutLabels, Counter>,
@@ -48,10 +52,17 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers every family in `registry` as `{prefix}_...` (e.g. `gateway`).
+    /// Registers every family in `registry` as `{prefix}_...` (e.g. `worker` into a registry
+    /// without a prefix). Into a registry that has a prefix of its own, the names get both:
+    /// `gateway_admin_connections_open` is `register(Registry::with_prefix("gateway"), "admin")`.
     pub fn register(registry: &mut Registry, prefix: &str) -> Self {
+        Self::register_in(registry.sub_registry_with_prefix(prefix))
+    }
+
+    /// Registers every family in `registry` under its own prefix only: a registry made
+    /// `with_prefix("gateway")` gets `gateway_connections_open`, not `gateway_gateway_...`.
+    pub fn register_in(r: &mut Registry) -> Self {
         let m = Self::default();
-        let r = registry.sub_registry_with_prefix(prefix);
         r.register("connections_open", "Client connections open now", m.open.clone());
         r.register("connections_limit", "Most client connections open at once (--max-connections)", m.limit.clone());
         r.register("connections_accepted", "Client connections accepted and served", m.accepted.clone());
@@ -61,8 +72,18 @@ impl Metrics {
             m.refused.clone(),
         );
         r.register(
+            "connections_limit_per_address",
+            "Most client connections open at once from one address (--max-connections-per-address)",
+            m.limit_per_address.clone(),
+        );
+        r.register(
+            "connections_refused_per_address",
+            "Client connections refused because their address held --max-connections-per-address",
+            m.refused_per_address.clone(),
+        );
+        r.register(
             "connections_evicted",
-            "Idle keep-alive connections closed to make room at --max-connections",
+            "Connections without a request in progress closed to make room at --max-connections",
             m.evicted.clone(),
         );
         r.register(
@@ -105,6 +126,10 @@ impl Metrics {
         self.refused.get()
     }
 
+    pub fn connections_refused_per_address(&self) -> u64 {
+        self.refused_per_address.get()
+    }
+
     pub fn accept_errors(&self) -> u64 {
         self.accept_errors.get()
     }
@@ -130,6 +155,18 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_a_prefixed_registry_the_prefix_is_not_doubled() {
+        let mut registry = Registry::with_prefix("gateway");
+        Metrics::register_in(&mut registry).accepted.inc();
+        Metrics::register(&mut registry, "admin").accepted.inc();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("\ngateway_connections_accepted_total 1"), "{text}");
+        assert!(text.contains("\ngateway_admin_connections_accepted_total 1"), "{text}");
+        assert!(!text.contains("gateway_gateway"), "{text}");
+    }
 
     #[test]
     fn families_are_named_under_the_callers_prefix() {

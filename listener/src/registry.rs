@@ -1,7 +1,19 @@
-//! Every open connection's state, so the accept loop can drain them all, abort them, or evict the
-//! longest-idle ones at the connection cap. Touched once when a connection opens and once when it
-//! closes (a short mutex), never per request.
+//! Every open connection's state and how many each client address holds, so the accept loop can
+//! cap connections per address, drain them all, abort them, or make room at the connection cap.
+//! Touched twice when a connection opens and twice when it closes (a short mutex), never per
+//! request.
+//!
+//! Making room at the cap ([`Registry::make_room`]) for a newcomer closes connections that hold
+//! a place without a request in progress, those of the addresses holding the most connections
+//! first (a flood pays for itself, as nginx's and HAProxy's per-source tracking intend), and
+//! among one address's the longest waiting: idle keep-alive connections are asked to close
+//! (drain), connections still waiting for a request head are closed at once. Only connections of
+//! addresses holding at least twice the newcomer's are taken (idle ones: at least as many), so
+//! a flooding address cannot push out anyone smaller than itself nor churn with flooders of its
+//! size, and at the cap its new connections are refused while a client holding few gets in.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -11,10 +23,63 @@ use tokio::time::Instant;
 
 use crate::phase::{ABORT, ConnState, DRAIN, Deadlines, EVICT, EXPIRED, Phase};
 
+/// A client address as the per-address cap counts it: an IPv4 address (also when it comes
+/// IPv4-mapped), or an IPv6 /64 (what one host or one customer is given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct AddrKey(u128);
+
+impl AddrKey {
+    pub(crate) fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => Self(u128::from(v4.to_ipv6_mapped())),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Self(u128::from(v4.to_ipv6_mapped())),
+                None => Self(u128::from(v6) & !u128::from(u64::MAX)),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    conns: Slab<(Arc<ConnState>, AddrKey)>,
+    per_address: HashMap<AddrKey, usize>,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    conns: Mutex<Slab<Arc<ConnState>>>,
+    inner: Mutex<Inner>,
     draining: AtomicBool,
+}
+
+/// A place of one address under the per-address cap, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct AddrSlot {
+    registry: Arc<Registry>,
+    key: AddrKey,
+}
+
+impl AddrSlot {
+    pub(crate) fn key(&self) -> AddrKey {
+        self.key
+    }
+
+    /// Connections its address holds now, this one included.
+    pub(crate) fn held(&self) -> usize {
+        self.registry.lock().per_address.get(&self.key).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for AddrSlot {
+    fn drop(&mut self) {
+        let mut inner = self.registry.lock();
+        if let Some(n) = inner.per_address.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                inner.per_address.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// Removes its connection from the registry when dropped.
@@ -26,19 +91,31 @@ pub(crate) struct Entry {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        self.registry.lock().try_remove(self.key);
+        self.registry.lock().conns.try_remove(self.key);
     }
 }
 
 impl Registry {
-    fn lock(&self) -> MutexGuard<'_, Slab<Arc<ConnState>>> {
-        // A panic while holding this lock leaves the slab consistent: keep going.
-        self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding this lock leaves the slab and the counts consistent: keep going.
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Adds a connection; one added while [`Registry::drain_all`] runs is drained too.
-    pub(crate) fn insert(self: &Arc<Self>, conn: Arc<ConnState>) -> Entry {
-        let key = self.lock().insert(Arc::clone(&conn));
+    /// A place for one more connection from `ip`, unless it holds `cap` already.
+    pub(crate) fn reserve(self: &Arc<Self>, ip: IpAddr, cap: usize) -> Option<AddrSlot> {
+        let key = AddrKey::of(ip);
+        let mut inner = self.lock();
+        let n = inner.per_address.entry(key).or_default();
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(AddrSlot { registry: Arc::clone(self), key })
+    }
+
+    /// Adds a connection from `addr`; one added while [`Registry::drain_all`] runs is drained too.
+    pub(crate) fn insert(self: &Arc<Self>, conn: Arc<ConnState>, addr: AddrKey) -> Entry {
+        let key = self.lock().conns.insert((Arc::clone(&conn), addr));
         // `drain_all` sets the flag before it walks the connections under the lock: either it
         // met this one, or the flag is visible here.
         if self.is_draining() {
@@ -54,45 +131,73 @@ impl Registry {
     /// Every connection, and every one opened from now on, drains.
     pub(crate) fn drain_all(&self) {
         self.draining.store(true, Ordering::Release);
-        for (_, c) in self.lock().iter() {
+        for (_, (c, _)) in self.lock().conns.iter() {
             c.signal(DRAIN);
         }
     }
 
     /// Every connection closes now.
     pub(crate) fn abort_all(&self) {
-        for (_, c) in self.lock().iter() {
+        for (_, (c, _)) in self.lock().conns.iter() {
             c.signal(ABORT);
         }
     }
 
     /// Signals every connection past a deadline at `now` (the sweeper, once per clock tick).
     pub(crate) fn expire(&self, deadlines: Deadlines, now: Instant) {
-        for (_, c) in self.lock().iter() {
+        for (_, (c, _)) in self.lock().conns.iter() {
             if c.signals() & EXPIRED == 0 && deadlines.expired(c.phase(), c.since(), now).is_some() {
                 c.signal(EXPIRED);
             }
         }
     }
 
-    /// Asks up to `n` of the longest-idle keep-alive connections to close; returns how many.
-    pub(crate) fn evict_idle(&self, n: usize) -> usize {
-        let conns = self.lock();
-        let mut idle: Vec<&Arc<ConnState>> =
-            conns.iter().map(|(_, c)| c).filter(|c| c.phase() == Phase::Idle && !c.draining()).collect();
-        if idle.len() > n {
-            idle.select_nth_unstable_by_key(n, |c| c.since());
-            idle.truncate(n);
+    /// Closes up to `n` connections without a request in progress (idle, or waiting for a
+    /// head) for a newcomer whose address holds `holds` (itself included; 0: any may go): those
+    /// of the addresses holding twice as many (idle ones: at least as many), the biggest first,
+    /// then the longest waiting; returns how many.
+    pub(crate) fn make_room(&self, n: usize, holds: usize) -> usize {
+        let inner = self.lock();
+        let mut victims: Vec<(usize, Instant, &Arc<ConnState>)> = inner
+            .conns
+            .iter()
+            .filter(|(_, (c, _))| c.signals() & (EVICT | ABORT) == 0)
+            .filter_map(|(_, (c, addr))| {
+                let count = inner.per_address.get(addr).copied().unwrap_or(0);
+                let may = match c.phase() {
+                    Phase::Idle => count >= holds,
+                    // Twice as many: flooding addresses of about the same size do not close each
+                    // other's connections (their new ones are refused), a client holding few does.
+                    Phase::Head => count >= holds.saturating_mul(2).max(holds + 1),
+                    Phase::Busy | Phase::Flushing => false,
+                };
+                may.then(|| (count, c.since(), c))
+            })
+            .collect();
+        let order = |a: &(usize, Instant, &Arc<ConnState>), b: &(usize, Instant, &Arc<ConnState>)| {
+            b.0.cmp(&a.0).then(a.1.cmp(&b.1))
+        };
+        if victims.len() > n {
+            victims.select_nth_unstable_by(n, order);
+            victims.truncate(n);
         }
-        for c in &idle {
-            c.signal(EVICT);
+        for (_, _, c) in &victims {
+            // An idle connection closes cleanly (a request arriving meanwhile is answered); one
+            // waiting for its head, perhaps trickling it, is closed now.
+            c.signal(if c.phase() == Phase::Idle { EVICT } else { EVICT | ABORT });
         }
-        idle.len()
+        victims.len()
+    }
+
+    /// Connections held by `ip`'s address now (tests).
+    #[cfg(test)]
+    pub(crate) fn held_by(&self, ip: IpAddr) -> usize {
+        self.lock().per_address.get(&AddrKey::of(ip)).copied().unwrap_or(0)
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().conns.len()
     }
 }
 
@@ -111,24 +216,56 @@ mod tests {
         c.stamp(at);
     }
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
     #[test]
-    fn eviction_takes_the_longest_idle_and_only_idle_ones() {
+    fn making_room_takes_idle_and_head_pending_connections_of_the_biggest_address_first() {
         let r = Arc::new(Registry::default());
         let clock = Arc::new(Clock::new(D));
         let base = Instant::now();
-        let mk = || Arc::new(ConnState::new(Arc::clone(&clock)));
-        let (busy, old, young, older) = (mk(), mk(), mk(), mk());
-        let entries: Vec<Entry> = [&busy, &old, &young, &older].iter().map(|c| r.insert(Arc::clone(c))).collect();
-        busy.busy();
-        answered_at(&older, base + Duration::from_secs(1));
-        answered_at(&old, base + Duration::from_secs(2));
-        answered_at(&young, base + Duration::from_secs(3));
-        assert_eq!(r.evict_idle(2), 2);
-        assert!(older.draining() && old.draining());
-        assert!(!young.draining() && !busy.draining());
-        assert_eq!(r.len(), 4);
-        drop(entries);
-        assert_eq!(r.len(), 0);
+        let (flood, user) = (ip("127.0.0.2"), ip("127.0.0.1"));
+        let mut keep = Vec::new();
+        let mut open = |from: IpAddr| {
+            let c = Arc::new(ConnState::new(Arc::clone(&clock)));
+            let slot = r.reserve(from, 100).unwrap();
+            keep.push((r.insert(Arc::clone(&c), slot.key()), slot));
+            c
+        };
+        // The user: a busy connection and the longest-idle one of all.
+        let (user_busy, user_idle) = (open(user), open(user));
+        user_busy.busy();
+        answered_at(&user_idle, base);
+        // The flood: three waiting for a head, one idle, one busy.
+        let flood_heads: Vec<_> = (0..3).map(|_| open(flood)).collect();
+        let flood_idle = open(flood);
+        answered_at(&flood_idle, base + Duration::from_secs(5));
+        open(flood).busy();
+        assert_eq!(r.make_room(4, 5), 1, "a newcomer of the flood takes only the flood's idle one");
+        assert!(flood_idle.signals() & (EVICT | ABORT) == EVICT, "idle: drained");
+        assert_eq!(r.make_room(4, 3), 0, "a newcomer holding more than half the flood's takes none of it");
+        assert_eq!(r.make_room(3, 2), 3, "a newcomer of the user's: the flood's first");
+        assert!(flood_heads.iter().all(|c| c.signals() & ABORT != 0), "head-pending: closed now");
+        assert_eq!(user_idle.signals() | user_busy.signals(), 0, "the user loses nothing");
+        assert_eq!(r.make_room(4, 0), 1, "then the user's idle one, never a busy one");
+        assert!(user_idle.draining());
+        drop(keep);
+        assert_eq!((r.len(), r.held_by(flood), r.held_by(user)), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_per_address_cap_counts_ipv4_and_ipv6_slash_64s() {
+        let r = Arc::new(Registry::default());
+        let a = r.reserve(ip("10.0.0.1"), 2).unwrap();
+        let _b = r.reserve(ip("::ffff:10.0.0.1"), 2).expect("an IPv4-mapped address is the IPv4 one");
+        assert!(r.reserve(ip("10.0.0.1"), 2).is_none());
+        assert!(r.reserve(ip("10.0.0.2"), 2).is_some(), "another address has its own");
+        drop(a);
+        assert!(r.reserve(ip("10.0.0.1"), 2).is_some(), "a place comes back when a connection closes");
+        let _v6 = r.reserve(ip("2001:db8:0:1::1"), 1).unwrap();
+        assert!(r.reserve(ip("2001:db8:0:1:ffff::9"), 1).is_none(), "the same /64");
+        assert!(r.reserve(ip("2001:db8:0:2::1"), 1).is_some(), "another /64");
     }
 
     #[test]
@@ -138,7 +275,8 @@ mod tests {
         let t0 = Instant::now();
         let mk = || Arc::new(ConnState::new(Arc::clone(&clock)));
         let (head, busy, idle) = (mk(), mk(), mk());
-        let _entries: Vec<Entry> = [&head, &busy, &idle].iter().map(|c| r.insert(Arc::clone(c))).collect();
+        let key = AddrKey::of(IpAddr::from([127, 0, 0, 1]));
+        let _entries: Vec<Entry> = [&head, &busy, &idle].iter().map(|c| r.insert(Arc::clone(c), key)).collect();
         head.stamp(t0);
         busy.busy();
         answered_at(&idle, t0);

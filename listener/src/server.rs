@@ -1,13 +1,20 @@
 //! The accept loop: the connection cap, what happens at it, `accept` errors, and the drain.
 //!
+//! Per address (`--max-connections-per-address`; an IPv6 /64 counts as one address): a new
+//! connection from an address that holds the cap already is answered 503 `overloaded` with
+//! `Retry-After` and closed, before it takes a place under the global cap.
+//!
 //! At the cap (`--max-connections`) a new connection is still accepted, never left in the
 //! kernel's backlog (where clients hang until their connect timeout and a load balancer cannot
-//! tell why). First the longest-idle keep-alive connections are asked to close (nginx does the
-//! same when it runs out of connections), and the new one waits up to [`EVICT_WAIT`] for their
-//! place. If none was idle, it is answered 503 `overloaded` with `Retry-After` and
-//! `Connection: close` (read or not, the request is not served), as every other overload in
-//! this project is. At most [`refusal_slots`] such answers are in progress at once; beyond
-//! that a connection is closed at once.
+//! tell why). First connections without a request in progress are closed, those of the
+//! addresses holding the most connections first and only of addresses holding more than the new
+//! connection's (idle keep-alive connections drain; those still waiting for a request head close
+//! at once: nginx too closes idle connections when it runs out), and the new one waits up to
+//! [`EVICT_WAIT`] for their place. If none could be closed, it
+//! is answered 503 `overloaded` with `Retry-After` and `Connection: close` (read or not, the
+//! request is not served), as every other overload in this project is. At most
+//! [`refusal_slots`] such answers are in progress at once; beyond that a connection is closed at
+//! once.
 //!
 //! `accept` failures: out of file descriptors (`EMFILE`, `ENFILE`) or memory, the loop evicts
 //! idle connections and sleeps with a doubling backoff (10 ms to 1 s) instead of spinning;
@@ -45,7 +52,7 @@ use crate::phase::{Clock, Deadlines};
 use crate::registry::Registry;
 use crate::{BoxError, answer};
 
-/// How many idle connections are asked to close at once at the cap (nginx drains 32).
+/// How many connections are closed at once at the cap (nginx drains 32).
 const EVICT_BATCH: usize = 16;
 /// How long a connection accepted at the cap waits for an evicted connection's place.
 const EVICT_WAIT: Duration = Duration::from_millis(100);
@@ -85,6 +92,8 @@ impl Server {
         }
         config.max_connections = cap;
         metrics.limit.set(i64::try_from(cap).unwrap_or(i64::MAX));
+        config.max_connections_per_address = config.max_connections_per_address.clamp(1, cap);
+        metrics.limit_per_address.set(i64::try_from(config.max_connections_per_address).unwrap_or(i64::MAX));
         metrics.body_limit.set(i64::try_from(config.max_buffered_body_bytes).unwrap_or(i64::MAX));
 
         let mut http = http1::Builder::new();
@@ -149,6 +158,12 @@ impl Server {
             service,
             retry_after_s: config.retry_after_s,
             cap: config.max_connections,
+            // At the whole cap it adds nothing: the cap's own rules (make room, else 503) apply.
+            per_address: if config.max_connections_per_address < config.max_connections {
+                config.max_connections_per_address
+            } else {
+                usize::MAX
+            },
         };
         let mut shutdown = pin!(shutdown);
         let mut backoff = Backoff::default();
@@ -159,16 +174,16 @@ impl Server {
                 accepted = listener.accept() => accepted,
             };
             match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     backoff.reset();
-                    admit.admit(stream);
+                    admit.admit(stream, peer);
                 }
                 Err(e) if is_about_one_connection(&e) => {
                     admit.shared.metrics.accept_errors.inc();
                 }
                 Err(e) => {
                     admit.shared.metrics.accept_errors.inc();
-                    let evicted = admit.shared.registry.evict_idle(EVICT_BATCH);
+                    let evicted = admit.shared.registry.make_room(EVICT_BATCH, 0);
                     let wait = backoff.next();
                     if wait == Backoff::FIRST {
                         tracing::warn!(error = %e, evicted, "accept failed; backing off");
@@ -216,6 +231,8 @@ struct Admit<S> {
     retry_after_s: u64,
     /// The permits `permits` was made with.
     cap: usize,
+    /// `--max-connections-per-address`; `usize::MAX` when it is the whole cap.
+    per_address: usize,
 }
 
 impl<S, B> Admit<S>
@@ -226,31 +243,53 @@ where
     B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    fn admit(&self, stream: TcpStream) {
+    fn admit(&self, stream: TcpStream, peer: SocketAddr) {
         // Small JSON answers on keep-alive connections: without it, Nagle and delayed ACKs add
         // tens of milliseconds.
         let _ = stream.set_nodelay(true);
-        if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
-            tokio::spawn(conn::serve(stream, Arc::clone(&self.shared), self.service.clone(), permit));
-            return;
-        }
-        let evicted = self.shared.registry.evict_idle(EVICT_BATCH);
-        let Ok(slot) = Arc::clone(&self.refusals).try_acquire_owned() else {
-            self.shared.metrics.refused.inc();
+        let Some(address) = self.shared.registry.reserve(peer.ip(), self.per_address) else {
+            self.shared.metrics.refused_per_address.inc();
+            if let Ok(slot) = Arc::clone(&self.refusals).try_acquire_owned() {
+                let retry_after_s = self.retry_after_s;
+                tokio::spawn(async move {
+                    refuse(stream, retry_after_s).await;
+                    drop(slot);
+                });
+            }
             return;
         };
-        let (shared, permits, service, retry_after_s) =
-            (Arc::clone(&self.shared), Arc::clone(&self.permits), self.service.clone(), self.retry_after_s);
+        if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
+            tokio::spawn(conn::serve(stream, Arc::clone(&self.shared), self.service.clone(), permit, address));
+            return;
+        }
+        let evicted = self.shared.registry.make_room(EVICT_BATCH, address.held());
+        let refusal = Arc::clone(&self.refusals).try_acquire_owned().ok();
+        if evicted == 0 && refusal.is_none() {
+            self.shared.metrics.refused.inc();
+            return;
+        }
+        let (shared, permits, refusals, service, retry_after_s) = (
+            Arc::clone(&self.shared),
+            Arc::clone(&self.permits),
+            Arc::clone(&self.refusals),
+            self.service.clone(),
+            self.retry_after_s,
+        );
+        // A newcomer that made room waits for it without a refusal slot (each such wait closed
+        // a connection, so they are bounded by the connections there are to close).
         tokio::spawn(async move {
             if evicted > 0
                 && let Ok(Ok(permit)) = tokio::time::timeout(EVICT_WAIT, permits.acquire_owned()).await
             {
-                drop(slot);
-                return conn::serve(stream, shared, service, permit).await;
+                drop(refusal);
+                return conn::serve(stream, shared, service, permit, address).await;
             }
+            drop(address);
             shared.metrics.refused.inc();
-            refuse(stream, retry_after_s).await;
-            drop(slot);
+            if let Some(slot) = refusal.or_else(|| refusals.try_acquire_owned().ok()) {
+                refuse(stream, retry_after_s).await;
+                drop(slot);
+            }
         });
     }
 
@@ -260,9 +299,9 @@ where
         // Accepted with plain non-blocking `accept` calls, whatever the reactor has reported.
         match listener.into_std() {
             Ok(std) => {
-                while let Ok((stream, _)) = std.accept() {
+                while let Ok((stream, peer)) = std.accept() {
                     match stream.set_nonblocking(true).and_then(|()| TcpStream::from_std(stream)) {
-                        Ok(stream) => self.admit(stream),
+                        Ok(stream) => self.admit(stream, peer),
                         Err(e) => tracing::debug!(error = %e, "dropping a connection accepted while draining"),
                     }
                 }

@@ -1,5 +1,6 @@
 //! `--max-connections`: idle keep-alive connections make room for new ones; when none is idle a
 //! new connection is answered 503 JSON with `Retry-After`; service resumes as connections go.
+//! `--max-connections-per-address`: one address at its cap is answered 503, others are served.
 
 mod common;
 
@@ -92,4 +93,36 @@ async fn slow_heads_at_the_cap_are_refused_until_the_header_timeout_frees_them()
     let mut c = Client::connect(srv.addr).await;
     c.send(&get("/")).await;
     assert_eq!(c.answer().await.status, StatusCode::OK);
+}
+
+/// A connection to `addr` from another loopback address.
+async fn connect_from(from: [u8; 4], addr: std::net::SocketAddr) -> Client {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind((std::net::Ipv4Addr::from(from), 0).into()).unwrap();
+    Client::from_stream(s.connect(addr).await.unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_address_at_its_cap_is_refused_while_another_is_served() {
+    let srv = start(Config { max_connections_per_address: 3, ..capped() }).await;
+    let mut flood = Vec::new();
+    for _ in 0..3 {
+        let mut c = connect_from([127, 0, 0, 2], srv.addr).await;
+        c.send(b"GET / HTTP/1.1\r\n").await;
+        flood.push(c);
+    }
+    until("the flood's connections open", Duration::from_secs(1), || srv.metrics.connections_open() == 3).await;
+    let mut more = connect_from([127, 0, 0, 2], srv.addr).await;
+    more.send(&get("/")).await;
+    let a = more.answer_within(Duration::from_secs(5)).await.expect("503");
+    assert_eq!((a.status, a.error_type()), (StatusCode::SERVICE_UNAVAILABLE, "overloaded".to_owned()));
+    assert_eq!(a.header("retry-after"), Some("1"));
+    assert_eq!(srv.metrics.connections_refused_per_address(), 1);
+    // Another address is served meanwhile, several connections of it.
+    for _ in 0..4 {
+        let mut c = Client::connect(srv.addr).await;
+        c.send(&get("/")).await;
+        assert_eq!(c.answer().await.status, StatusCode::OK);
+    }
+    assert_eq!(srv.metrics.connections_refused(), 0);
 }

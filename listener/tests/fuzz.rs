@@ -35,6 +35,7 @@ fn config() -> Config {
         body_read_timeout: BODY,
         idle_timeout: IDLE,
         max_connections: 64,
+        max_connections_per_address: 64,
         max_buffered_body_bytes: 1 << 20,
         drain_timeout: Duration::from_secs(5),
         retry_after_s: 1,

@@ -18,6 +18,11 @@ pub const STATS_SCHEMA_VERSION: u32 = 1;
 // /predict
 // ---------------------------------------------------------------------------------------------
 
+/// Largest `POST /predict` body accepted by default, by the worker (`--max-body-bytes`) and so by
+/// the gateway in front of it (the same flag): one limit end to end, so that the gateway never
+/// buffers and forwards a body the worker refuses.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 256 << 10;
+
 /// Body of `POST /predict`: exactly one of `query` or `queries`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -157,8 +157,9 @@ pub struct Config {
     #[arg(long, env = "WORKER_MAX_QUERY_BYTES", default_value_t = 2048)]
     pub max_query_bytes: usize,
 
-    /// Largest request body accepted, in bytes.
-    #[arg(long, env = "WORKER_MAX_BODY_BYTES", default_value_t = 256 * 1024)]
+    /// Largest request body accepted, in bytes (the gateway's `--max-body-bytes` has the same
+    /// default: `wire::DEFAULT_MAX_BODY_BYTES`).
+    #[arg(long, env = "WORKER_MAX_BODY_BYTES", default_value_t = wire::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
 
     /// Longest a request may take end to end before it is answered 504 (at least 1ms).

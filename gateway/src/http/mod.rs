@@ -62,8 +62,9 @@ impl AppState {
         let ctx = pools.ctx();
         let admission = Arc::new(Admission::new(&ctx.config, &ctx.metrics));
         let mut registry = ctx.metrics.registry();
-        let client_listener = listener::Metrics::register(&mut registry, "gateway");
-        let admin_listener = listener::Metrics::register(&mut registry, "gateway_admin");
+        // The registry adds `gateway_` itself: `gateway_connections_*`, `gateway_admin_connections_*`.
+        let client_listener = listener::Metrics::register_in(&mut registry);
+        let admin_listener = listener::Metrics::register(&mut registry, "admin");
         let panics = panics::Panics::new(ctx.metrics.panics.clone());
         Self { pools, admission, registry: Arc::new(registry), client_listener, admin_listener, panics, bodies: None }
     }

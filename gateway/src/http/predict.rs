@@ -141,9 +141,14 @@ where
     })
 }
 
-/// The worker's answer as the client gets it: status, `Content-Type`, `Retry-After`, body.
+/// The worker's answer as the client gets it: status, `Content-Type`, `Retry-After`, body. The
+/// body keeps its charge in the budget of answers held until hyper has written and dropped it.
 fn response(a: Answer) -> Response {
-    let mut resp = Response::new(Body::from(a.body));
+    let body = match a.charge {
+        Some(charge) => Body::new(Charged { body: http_body_util::Full::new(a.body), _charge: charge }),
+        None => Body::from(a.body),
+    };
+    let mut resp = Response::new(body);
     *resp.status_mut() = a.status;
     if let Some(v) = a.content_type {
         resp.headers_mut().insert(header::CONTENT_TYPE, v);
@@ -152,6 +157,32 @@ fn response(a: Answer) -> Response {
         resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
     resp
+}
+
+/// An answer's body with its charge in the answer budget, given back when the body is dropped.
+struct Charged {
+    body: http_body_util::Full<bytes::Bytes>,
+    _charge: crate::upstream::Charge,
+}
+
+impl HttpBody for Charged {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 #[cfg(test)]

@@ -9,10 +9,13 @@
 //! | any | reused keep-alive connection ended before a byte of answer ([`Error::Stale`]) | sent again at once on a new connection to the same worker ([`send`]); not a retry | none |
 //! | predict | connection failed, request not sent ([`Error::Connect`]) | retry `connect` | failure |
 //! | predict | sent, no complete answer ([`Error::Exchange`]) | retry `dropped`: the worker may have started it, but `/predict` is pure | failure |
+//! | predict | answer over `--max-answer-bytes` ([`Error::TooLarge`]), refused before more is read | retry `malformed`: no worker may send it | failure |
+//! | predict | answer that does not fit the budget of answers held (`--max-buffered-answer-bytes`, [`Error::Budget`]) | 502 `upstream`, not retried (it would take more of the budget) | failure |
 //! | predict | 503 | retry `unavailable`: by contract the worker did not start it | with `error_type` `unavailable`: draining (out of rotation at once); else none |
-//! | predict | 429 | retry `overloaded` (on another worker, only if one is ready now; else the 429 goes to the client with its `Retry-After`) | refused: latency estimate raised (bounded), no failure counted |
-//! | predict | other 5xx | answer | failure |
-//! | predict | 2xx, 4xx | answer | success (failure count reset, latency sample unless the request is heavy) |
+//! | predict | 429 with a JSON error body | retry `overloaded` (on another worker, only if one is ready now and the request is not heavy; else the 429 goes to the client with its `Retry-After`) | refused: latency estimate raised (bounded), no failure counted |
+//! | predict | other 5xx | retry `server_error`: `/predict` is pure; if none is left, 502 `upstream` (the worker's text is not passed on) | failure |
+//! | predict | not a well-formed answer ([`Outcome::Malformed`]: not JSON, a body of the wrong shape, a 1xx or 3xx) | retry `malformed`; if none is left, 502 `upstream` | failure |
+//! | predict | 2xx with a prediction, 4xx with a JSON error body | answer | success (failure count reset, latency sample unless the request is heavy) |
 //! | predict | the attempt's own timeout passed (derived from the worker's latency estimate, before the request's deadline) | retry `slow`: `/predict` is pure | slow: latency sample of the time waited, **no failure** |
 //! | predict | the request's deadline passed | timeout (504, not sent again) | slow: the same, **no failure** |
 //! | probe (`/readyz`) | 200 | – | ready |
@@ -33,7 +36,7 @@ use std::time::Duration;
 use http::StatusCode;
 use wire::ErrorType;
 
-use crate::upstream::{self, Answer, Conn, Outgoing, Upstream};
+use crate::upstream::{self, Answer, Conn, Limit, Outgoing, Upstream};
 
 /// What kind of call was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +55,8 @@ pub(crate) enum Outcome<'a> {
     /// The worker answered: its status, the `error_type` of its error body (if any), and how
     /// long the answer took.
     Answered { status: StatusCode, error_type: Option<ErrorType>, rtt: Duration },
+    /// The worker answered, but not as a worker answers `/predict` (see [`well_formed`]).
+    Malformed,
     /// The connection failed or broke (after the transport resend, if any).
     Failed(&'a upstream::Error),
     /// The call's timeout passed first, after `waited`; `whole_request`: it was the client
@@ -73,6 +78,8 @@ pub(crate) enum Verdict {
     Retry(RetryReason),
     /// The deadline passed: 504 `timeout`, not sent again.
     Timeout,
+    /// 502 `upstream`, not sent again.
+    Fail,
 }
 
 /// Why a request may be retried (the `reason` label of `gateway_retries_total`).
@@ -85,6 +92,10 @@ pub(crate) enum RetryReason {
     Overloaded,
     /// The attempt's own timeout passed: the worker may be stalled.
     Slow,
+    /// The worker answered 5xx (other than 503).
+    ServerError,
+    /// The worker's answer was not a well-formed one (or larger than any legitimate answer).
+    Malformed,
 }
 
 impl RetryReason {
@@ -95,6 +106,8 @@ impl RetryReason {
             Self::Unavailable => "unavailable",
             Self::Overloaded => "overloaded",
             Self::Slow => "slow",
+            Self::ServerError => "server_error",
+            Self::Malformed => "malformed",
         }
     }
 }
@@ -148,6 +161,10 @@ pub(crate) fn classify(call: Call, outcome: &Outcome<'_>) -> Classified {
         (Call::Predict, Outcome::Failed(upstream::Error::Connect(_))) => {
             c(Verdict::Retry(RetryReason::Connect), HealthEffect::Failure)
         }
+        (Call::Predict, Outcome::Failed(upstream::Error::TooLarge(_)) | Outcome::Malformed) => {
+            c(Verdict::Retry(RetryReason::Malformed), HealthEffect::Failure)
+        }
+        (Call::Predict, Outcome::Failed(upstream::Error::Budget(_))) => c(Verdict::Fail, HealthEffect::Failure),
         (Call::Predict, Outcome::Failed(_)) => c(Verdict::Retry(RetryReason::Dropped), HealthEffect::Failure),
         (Call::Predict, Outcome::Answered { status, error_type, rtt }) => match *status {
             StatusCode::SERVICE_UNAVAILABLE => {
@@ -159,11 +176,13 @@ pub(crate) fn classify(call: Call, outcome: &Outcome<'_>) -> Classified {
                 c(Verdict::Retry(RetryReason::Unavailable), health)
             }
             StatusCode::TOO_MANY_REQUESTS => c(Verdict::Retry(RetryReason::Overloaded), HealthEffect::Refused),
-            s if s.is_server_error() => c(Verdict::Answer, HealthEffect::Failure),
+            s if s.is_server_error() => c(Verdict::Retry(RetryReason::ServerError), HealthEffect::Failure),
             _ => c(Verdict::Answer, HealthEffect::Success { rtt: Some(*rtt) }),
         },
         (Call::Probe, Outcome::Answered { status: StatusCode::OK, .. }) => c(Verdict::Answer, HealthEffect::Ready),
-        (Call::Probe | Call::Stats, Outcome::Answered { .. }) => c(Verdict::Answer, HealthEffect::Responsive),
+        (Call::Probe | Call::Stats, Outcome::Answered { .. } | Outcome::Malformed) => {
+            c(Verdict::Answer, HealthEffect::Responsive)
+        }
         (Call::Probe | Call::Stats, Outcome::TimedOut { .. }) => c(Verdict::Answer, HealthEffect::Unresponsive),
         (Call::Probe | Call::Stats, Outcome::Failed(_)) => c(Verdict::Answer, HealthEffect::Unreachable),
     }
@@ -174,14 +193,61 @@ pub(crate) fn classify(call: Call, outcome: &Outcome<'_>) -> Classified {
 /// it ended before a byte of answer, so the worker cannot have processed it) goes once more, on a
 /// new connection to the same worker. Not a retry: the request's one retry on another worker is
 /// still there for a real failure, and the worker's health is untouched.
-pub(crate) async fn send(upstream: &Upstream, out: Outgoing<'_>, max_bytes: usize) -> Result<Answer, upstream::Error> {
-    match upstream.request(out, max_bytes, Conn::Reuse).await {
+pub(crate) async fn send<'l>(
+    upstream: &Upstream,
+    out: Outgoing<'_>,
+    limit: impl Into<Limit<'l>>,
+) -> Result<Answer, upstream::Error> {
+    let limit = limit.into();
+    match upstream.request(out, limit, Conn::Reuse).await {
         Err(upstream::Error::Stale(detail)) => {
             tracing::debug!(?upstream, detail, "idle connection was closed; sending on a new one");
-            upstream.request(out, max_bytes, Conn::New).await
+            upstream.request(out, limit, Conn::New).await
         }
         other => other,
     }
+}
+
+/// Whether `a` is an answer a worker may give to a `/predict` request (`head`: a `HEAD`
+/// request, whose answer has no body), and the `error_type` of its error body: a 2xx with a JSON
+/// prediction (`{"intent", "score", ...}` or `{"predictions": [...]}`), or a 4xx or 5xx with a
+/// JSON `{error, error_type}`; JSON said by `Content-Type`. Anything else (HTML, text, another
+/// shape, a 1xx or 3xx) is [`Outcome::Malformed`] and never reaches a client. The check parses
+/// the body without keeping anything of it.
+pub(crate) fn well_formed(a: &Answer, head: bool) -> Result<Option<ErrorType>, ()> {
+    let json = a.content_type.as_ref().is_some_and(|v| {
+        let essence = v.as_bytes().split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+        essence.eq_ignore_ascii_case(b"application/json")
+    });
+    if a.status.is_success() {
+        if head {
+            return Ok(None);
+        }
+        if !json {
+            return Err(());
+        }
+        return match serde_json::from_slice::<PredictShape>(&a.body) {
+            Ok(PredictShape { intent: Some(_), score: Some(_), .. } | PredictShape { predictions: Some(_), .. }) => {
+                Ok(None)
+            }
+            _ => Err(()),
+        };
+    }
+    if !(a.status.is_client_error() || a.status.is_server_error()) {
+        return Err(());
+    }
+    match serde_json::from_slice::<wire::ErrorBody>(&a.body) {
+        Ok(e) if json => Ok(Some(e.error_type)),
+        _ => Err(()),
+    }
+}
+
+/// What a prediction answer must have, read without keeping it.
+#[derive(serde::Deserialize)]
+struct PredictShape {
+    intent: Option<serde::de::IgnoredAny>,
+    score: Option<f64>,
+    predictions: Option<Vec<serde::de::IgnoredAny>>,
 }
 
 #[cfg(test)]
@@ -200,14 +266,19 @@ mod tests {
     fn predict_outcomes() {
         let connect = upstream::Error::Connect("refused".into());
         let dropped = upstream::Error::Exchange("reset".into());
+        let too_large = upstream::Error::TooLarge("8 MB".into());
+        let budget = upstream::Error::Budget("full".into());
         let success = HealthEffect::Success { rtt: Some(Duration::from_millis(7)) };
         let retry = |r| Verdict::Retry(r);
         let cases = [
             (answered(200, None), Verdict::Answer, success),
             (answered(400, Some(ErrorType::InvalidRequest)), Verdict::Answer, success),
             (answered(429, Some(ErrorType::Overloaded)), retry(RetryReason::Overloaded), HealthEffect::Refused),
-            (answered(500, Some(ErrorType::Internal)), Verdict::Answer, HealthEffect::Failure),
-            (answered(502, None), Verdict::Answer, HealthEffect::Failure),
+            (answered(500, Some(ErrorType::Internal)), retry(RetryReason::ServerError), HealthEffect::Failure),
+            (answered(502, None), retry(RetryReason::ServerError), HealthEffect::Failure),
+            (Outcome::Malformed, retry(RetryReason::Malformed), HealthEffect::Failure),
+            (Outcome::Failed(&too_large), retry(RetryReason::Malformed), HealthEffect::Failure),
+            (Outcome::Failed(&budget), Verdict::Fail, HealthEffect::Failure),
             (answered(503, Some(ErrorType::Unavailable)), retry(RetryReason::Unavailable), HealthEffect::Draining),
             (answered(503, None), retry(RetryReason::Unavailable), HealthEffect::None),
             (Outcome::Failed(&connect), retry(RetryReason::Connect), HealthEffect::Failure),
@@ -231,6 +302,51 @@ mod tests {
             assert_eq!(classify(call, &slow(false)).health, HealthEffect::Unresponsive, "{call:?}");
             assert_eq!(classify(call, &Outcome::Failed(&refused)).health, HealthEffect::Unreachable, "{call:?}");
         }
+    }
+
+    fn answer(status: u16, content_type: Option<&'static str>, body: &'static str) -> Answer {
+        Answer {
+            status: StatusCode::from_u16(status).unwrap(),
+            content_type: content_type.map(http::HeaderValue::from_static),
+            retry_after: None,
+            body: bytes::Bytes::from_static(body.as_bytes()),
+            charge: None,
+        }
+    }
+
+    #[test]
+    fn only_a_json_prediction_or_a_json_error_is_well_formed() {
+        let json = Some("application/json");
+        let error = r#"{"error":"busy","error_type":"overloaded"}"#;
+        let ok = [
+            (answer(200, json, r#"{"intent":"PlayMusic","score":0.9}"#), None),
+            (answer(200, Some("Application/JSON; charset=utf-8"), r#"{"predictions":[]}"#), None),
+            (answer(200, json, r#"{"intent":"x","score":1,"scores":{"x":1},"new_field":[1]}"#), None),
+            (answer(429, json, error), Some(ErrorType::Overloaded)),
+            (answer(400, json, r#"{"error":"bad","error_type":"invalid_request"}"#), Some(ErrorType::InvalidRequest)),
+            (answer(500, json, r#"{"error":"boom","error_type":"internal"}"#), Some(ErrorType::Internal)),
+        ];
+        for (i, (a, et)) in ok.iter().enumerate() {
+            assert_eq!(well_formed(a, false), Ok(*et), "case {i}");
+        }
+        let html = Some("text/html");
+        let bad = [
+            answer(200, html, r#"{"intent":"PlayMusic","score":0.9}"#),
+            answer(200, None, r#"{"intent":"PlayMusic","score":0.9}"#),
+            answer(200, json, "<html>Traceback: /srv/app.py line 3</html>"),
+            answer(200, json, r#"{"intent":"PlayMusic"}"#),
+            answer(200, json, r#"{"predictions":{}}"#),
+            answer(200, json, r#"[1,2]"#),
+            answer(200, json, ""),
+            answer(500, html, "<h1>Internal Server Error</h1> at /srv/worker.py:42"),
+            answer(429, Some("text/plain"), error),
+            answer(404, json, r#"{"detail":"not here"}"#),
+            answer(302, json, error),
+        ];
+        for (i, a) in bad.iter().enumerate() {
+            assert_eq!(well_formed(a, false), Err(()), "case {i}");
+        }
+        assert_eq!(well_formed(&answer(200, json, ""), true), Ok(None), "a HEAD answer has no body");
     }
 
     #[test]

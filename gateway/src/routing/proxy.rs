@@ -14,15 +14,12 @@ use tokio::time::Instant;
 use wire::ErrorType;
 
 use super::balance;
-use super::retry::{AttemptTimeout, Budget};
+use super::retry::{self, AttemptTimeout, Budget};
 use crate::error::RequestError;
 use crate::metrics::{RequestLabels, RetryLabels};
 use crate::pool::outcome::{self, Call, HealthEffect, Outcome, RetryReason, Verdict};
 use crate::pool::{Change, Endpoint, Pool};
-use crate::upstream::{Answer, Outgoing};
-
-/// Largest worker answer the gateway buffers.
-const MAX_RESPONSE_BYTES: usize = 8 << 20;
+use crate::upstream::{Answer, Limit, Outgoing};
 
 /// A client request, buffered so that it can be sent twice.
 pub(crate) struct Incoming<'a> {
@@ -63,6 +60,8 @@ enum Attempt {
         reason: outcome::RetryReason,
     },
     Timeout,
+    /// Not sent again; the client gets this error.
+    Fail(RequestError),
 }
 
 /// Forward `req` to a worker of `pool`, retrying on another one where the outcome policy and the
@@ -102,8 +101,9 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
         match attempt(pool, &ep, req, deadline).await {
             Attempt::Answer(a, error_type) => break (Some(ep), Ok((a, error_type))),
             Attempt::Timeout => break (Some(ep), Err(RequestError::Timeout)),
+            Attempt::Fail(e) => break (Some(ep), Err(e)),
             Attempt::Retry { fallback, reason } => {
-                if !budget.take_retry() {
+                if !retry::may_retry(reason, req.cost.heavy) || !budget.take_retry() {
                     break (Some(ep), fallback);
                 }
                 wait = match reason {
@@ -156,14 +156,20 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
         body: &req.body,
     };
     let sent = Instant::now();
-    let result = tokio::time::timeout_at(deadline.0, outcome::send(&ep.upstream, out, MAX_RESPONSE_BYTES)).await;
-    let error_type = match &result {
-        Ok(Ok(a)) if !a.status.is_success() => {
-            serde_json::from_slice::<wire::ErrorBody>(&a.body).ok().map(|b| b.error_type)
+    let limit = Limit { max_bytes: ctx.config.max_answer_bytes, budget: Some(&ctx.answers) };
+    let result = tokio::time::timeout_at(deadline.0, outcome::send(&ep.upstream, out, limit)).await;
+    // Only a well-formed answer may reach the client; a 503 never does (its body is not read
+    // beyond its `error_type`).
+    let checked = match &result {
+        Ok(Ok(a)) if a.status == StatusCode::SERVICE_UNAVAILABLE => {
+            Ok(serde_json::from_slice::<wire::ErrorBody>(&a.body).ok().map(|b| b.error_type))
         }
-        _ => None,
+        Ok(Ok(a)) => outcome::well_formed(a, req.method == Method::HEAD),
+        _ => Ok(None),
     };
+    let error_type = checked.unwrap_or(None);
     let o = match &result {
+        Ok(Ok(_)) if checked.is_err() => Outcome::Malformed,
         Ok(Ok(a)) => Outcome::Answered { status: a.status, error_type, rtt: sent.elapsed() },
         Ok(Err(e)) => Outcome::Failed(e),
         Err(_) => Outcome::TimedOut { waited: sent.elapsed(), whole_request: deadline.1 },
@@ -173,6 +179,7 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
         Outcome::Failed(e) => e,
         Outcome::TimedOut { .. } => &"timeout",
         Outcome::Answered { .. } => &"server error",
+        Outcome::Malformed => &"malformed answer",
     };
     // A heavy request's time says nothing of how fast the worker answers light ones (it runs
     // them in a lane of their own): it is not a latency sample.
@@ -189,12 +196,18 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
     drop(span);
     match (classified.verdict, result) {
         (Verdict::Answer, Ok(Ok(a))) => Attempt::Answer(a, error_type),
+        (Verdict::Fail, Ok(Err(e))) => Attempt::Fail(RequestError::Upstream(format!("{}: {e}", ep.url))),
         (Verdict::Retry(reason), Ok(Err(e))) => {
             Attempt::Retry { fallback: Err(RequestError::Upstream(format!("{}: {e}", ep.url))), reason }
         }
         // A 429: passed through if it cannot go elsewhere.
         (Verdict::Retry(reason @ RetryReason::Overloaded), Ok(Ok(a))) => {
             Attempt::Retry { fallback: Ok((a, error_type)), reason }
+        }
+        // A 5xx or a malformed answer: the client gets the gateway's 502, never the worker's text.
+        (Verdict::Retry(reason @ (RetryReason::ServerError | RetryReason::Malformed)), Ok(Ok(a))) => {
+            let detail = format!("{}: {} answer {}", ep.url, reason.as_str(), a.status.as_u16());
+            Attempt::Retry { fallback: Err(RequestError::Upstream(detail)), reason }
         }
         (Verdict::Retry(reason @ RetryReason::Slow), _) => {
             Attempt::Retry { fallback: Err(RequestError::Timeout), reason }
@@ -203,7 +216,7 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
             fallback: Err(RequestError::Draining { pool: ep.pool.clone(), retry_after_s: ctx.config.retry_after_s }),
             reason,
         },
-        // `Answer` comes with an answer; what is left is the deadline.
-        (Verdict::Timeout | Verdict::Answer, _) => Attempt::Timeout,
+        // `Answer` and `Fail` come with an answer or an error; what is left is the deadline.
+        (Verdict::Timeout | Verdict::Answer | Verdict::Fail, _) => Attempt::Timeout,
     }
 }

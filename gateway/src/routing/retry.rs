@@ -11,8 +11,14 @@
 //!   worker refuses before starting the work, by contract), a connection dropped before the whole
 //!   answer arrived (the worker may have started it: safe because `/predict` is a pure function
 //!   of its input), a 429 (only on a worker ready now: when all are saturated the client gets
-//!   the 429 at once), the attempt's own timeout (below). Never retried: any other answer
-//!   (passed through), the request's deadline (504).
+//!   the 429 at once; and never for a heavy request, see below), a 5xx other than 503 or an
+//!   answer that is not a well-formed one (the worker is broken; `/predict` is pure), the
+//!   attempt's own timeout (below). Never retried: any other answer (passed through), an
+//!   answer refused at the budget of answer bytes (502), the request's deadline (504).
+//! * **A heavy request's 429 is not retried** ([`may_retry`]): a worker that refuses a heavy
+//!   request is short of room for heavy work, and under a flood of heavy requests a retry would
+//!   double what each costs the pool (every refusal sent to a second worker). The client gets
+//!   the worker's 429 with its `Retry-After`.
 //! * **Per-attempt timeout** ([`Budget::attempt_deadline`]): while a retry is left, an attempt
 //!   waits at most `max(--attempt-timeout-factor × the worker's latency estimate,
 //!   --attempt-timeout-min)`, scaled up for a heavy request by its estimated tokens over
@@ -26,6 +32,14 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::pool::outcome::RetryReason;
+
+/// Whether an attempt that ended for `reason` may go to another worker at all (the budget then
+/// decides whether one is left): not a heavy request's 429.
+pub(crate) fn may_retry(reason: RetryReason, heavy: bool) -> bool {
+    !(heavy && reason == RetryReason::Overloaded)
+}
 
 /// The per-attempt timeout's settings (`--attempt-timeout-factor`, `--attempt-timeout-min`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -90,6 +104,15 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heavy_requests_429_is_not_retried_and_everything_else_is() {
+        assert!(!may_retry(RetryReason::Overloaded, true));
+        assert!(may_retry(RetryReason::Overloaded, false));
+        for r in [RetryReason::Connect, RetryReason::ServerError, RetryReason::Malformed, RetryReason::Slow] {
+            assert!(may_retry(r, true), "{r:?}");
+        }
+    }
 
     const POLICY: AttemptTimeout = AttemptTimeout { factor: 4.0, min: Duration::from_secs(1) };
 

@@ -6,7 +6,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::codec::{self, Framing, Head, MAX_HEAD_BYTES};
-use super::{Answer, Outgoing};
+use super::{Answer, Charge, Limit, Outgoing};
 
 /// Bodies up to this size are copied out of the read buffer, so that the buffer is reused.
 const COPY_BODY_BYTES: usize = 16 * 1024;
@@ -30,6 +30,35 @@ pub(super) enum Failed {
     NotSent(String),
     /// The request was written; the answer is missing, cut short or malformed.
     Sent(String),
+    /// The answer's body is over the limit of one answer.
+    TooLarge(String),
+    /// The answer's body does not fit in the budget of answers held at once.
+    Budget(String),
+}
+
+/// The body's limits while it is read: its size, and its charge in the budget, if any.
+struct Room {
+    max_bytes: usize,
+    charge: Option<Charge>,
+}
+
+impl Room {
+    fn new(limit: Limit<'_>) -> Self {
+        Self { max_bytes: limit.max_bytes, charge: limit.budget.map(Charge::new) }
+    }
+
+    /// Room for `total` bytes of body, or why not.
+    fn fit(&mut self, total: usize) -> Result<(), Failed> {
+        if total > self.max_bytes {
+            return Err(Failed::TooLarge(format!("answer larger than {} bytes", self.max_bytes)));
+        }
+        if let Some(c) = &mut self.charge
+            && !c.grow_to(total)
+        {
+            return Err(Failed::Budget(format!("no room for an answer of {total} bytes in the answer budget")));
+        }
+        Ok(())
+    }
 }
 
 impl Connection {
@@ -42,8 +71,9 @@ impl Connection {
         &mut self,
         out: &Outgoing<'_>,
         host: &str,
-        max_bytes: usize,
+        limit: Limit<'_>,
     ) -> Result<(Answer, bool), Failed> {
+        let mut room = Room::new(limit);
         codec::encode(&mut self.wbuf, out, host);
         if let Err(e) = self.stream.write_all(&self.wbuf).await {
             let detail = format!("sending the request: {e}");
@@ -52,15 +82,21 @@ impl Connection {
         let head = self.read_head(out.method).await?;
         let (body, clean_end) = match head.framing {
             Framing::Empty => (Bytes::new(), true),
-            Framing::Length(n) => (self.read_length(n, max_bytes).await?, true),
-            Framing::Chunked => (self.read_chunked(max_bytes).await?, true),
-            Framing::UntilClose => (self.read_to_end(max_bytes).await?, false),
+            Framing::Length(n) => (self.read_length(n, &mut room).await?, true),
+            Framing::Chunked => (self.read_chunked(&mut room).await?, true),
+            Framing::UntilClose => (self.read_to_end(&mut room).await?, false),
         };
+        let body_is_empty = body.is_empty();
         // Bytes after the answer: the worker is not speaking HTTP/1.1 as expected.
         let keep_alive = head.keep_alive && clean_end && self.rbuf.is_empty();
         self.reused = true;
-        let answer =
-            Answer { status: head.status, content_type: head.content_type, retry_after: head.retry_after, body };
+        let answer = Answer {
+            status: head.status,
+            content_type: head.content_type,
+            retry_after: head.retry_after,
+            body,
+            charge: room.charge.filter(|_| !body_is_empty),
+        };
         Ok((answer, keep_alive))
     }
 
@@ -111,8 +147,10 @@ impl Connection {
         }
     }
 
-    async fn read_length(&mut self, n: u64, max_bytes: usize) -> Result<Bytes, Failed> {
-        let n = usize::try_from(n).ok().filter(|&n| n <= max_bytes).ok_or_else(|| too_large(max_bytes))?;
+    async fn read_length(&mut self, n: u64, room: &mut Room) -> Result<Bytes, Failed> {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        // Refused before a byte of it is read or a buffer reserved.
+        room.fit(n)?;
         self.rbuf.reserve(n.saturating_sub(self.rbuf.len()));
         while self.rbuf.len() < n {
             self.read_more().await?;
@@ -120,11 +158,9 @@ impl Connection {
         Ok(self.take(n))
     }
 
-    async fn read_to_end(&mut self, max_bytes: usize) -> Result<Bytes, Failed> {
+    async fn read_to_end(&mut self, room: &mut Room) -> Result<Bytes, Failed> {
         loop {
-            if self.rbuf.len() > max_bytes {
-                return Err(too_large(max_bytes));
-            }
+            room.fit(self.rbuf.len())?;
             match self.fill().await {
                 Ok(0) => break,
                 Ok(_) => {}
@@ -135,7 +171,7 @@ impl Connection {
         Ok(self.take(n))
     }
 
-    async fn read_chunked(&mut self, max_bytes: usize) -> Result<Bytes, Failed> {
+    async fn read_chunked(&mut self, room: &mut Room) -> Result<Bytes, Failed> {
         let mut body = BytesMut::new();
         loop {
             let (line, size) = match httparse::parse_chunk_size(&self.rbuf) {
@@ -153,10 +189,9 @@ impl Connection {
                 self.rbuf.advance(line);
                 return self.skip_trailers().await.map(|()| body.freeze());
             }
-            let size = usize::try_from(size)
-                .ok()
-                .filter(|s| body.len().saturating_add(*s) <= max_bytes)
-                .ok_or_else(|| too_large(max_bytes))?;
+            let size = usize::try_from(size).unwrap_or(usize::MAX);
+            // Refused before the chunk is read.
+            room.fit(body.len().saturating_add(size))?;
             let need = line + size + 2;
             while self.rbuf.len() < need {
                 self.read_more().await?;
@@ -217,8 +252,4 @@ impl Connection {
         let mut probe = [0u8; 1];
         !matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
-}
-
-fn too_large(max_bytes: usize) -> Failed {
-    Failed::Sent(format!("answer larger than {max_bytes} bytes"))
 }

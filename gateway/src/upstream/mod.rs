@@ -37,6 +37,7 @@
 //! where hyper finds them while the connection is idle; watching idle connections would cost a
 //! syscall per request, for a worker that breaks the protocol.
 
+mod budget;
 mod codec;
 mod conn;
 #[cfg(test)]
@@ -53,6 +54,7 @@ use http::{HeaderValue, Method, StatusCode};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+pub use budget::{AnswerBudget, Charge, Limit};
 use conn::{Connection, Failed};
 
 /// An idle connection keeps buffers up to this capacity; larger ones (left by a large request or
@@ -70,12 +72,18 @@ pub enum Error {
     Stale(String),
     /// The request was sent and no complete, valid answer came back.
     Exchange(String),
+    /// The answer's body is larger than any the worker can legitimately send (`--max-answer-bytes`).
+    TooLarge(String),
+    /// The answer does not fit in what is left of the budget of answer bytes held at once.
+    Budget(String),
 }
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Connect(e) | Self::Stale(e) | Self::Exchange(e) => f.write_str(e),
+            Self::Connect(e) | Self::Stale(e) | Self::Exchange(e) | Self::TooLarge(e) | Self::Budget(e) => {
+                f.write_str(e)
+            }
         }
     }
 }
@@ -114,6 +122,8 @@ pub struct Answer {
     pub content_type: Option<HeaderValue>,
     pub retry_after: Option<HeaderValue>,
     pub body: Bytes,
+    /// The body's bytes in the budget of answers held at once: keep it as long as the body.
+    pub charge: Option<Charge>,
 }
 
 /// The connections of the gateway to one worker.
@@ -140,9 +150,16 @@ impl Upstream {
         Self { authority, idle: Mutex::new(Vec::new()), max_idle, connect_timeout }
     }
 
-    /// Send `out` on the connection `conn` asks for and read the answer, at most `max_bytes` of
-    /// body. Sends once: [`Error::Stale`] is the caller's to resend.
-    pub async fn request(&self, out: Outgoing<'_>, max_bytes: usize, conn: Conn) -> Result<Answer, Error> {
+    /// Send `out` on the connection `conn` asks for and read the answer, its body within `limit`
+    /// (a size, or a size and the budget to charge). Sends once: [`Error::Stale`] is the caller's
+    /// to resend.
+    pub async fn request<'l>(
+        &self,
+        out: Outgoing<'_>,
+        limit: impl Into<Limit<'l>>,
+        conn: Conn,
+    ) -> Result<Answer, Error> {
+        let limit = limit.into();
         let reused = match conn {
             Conn::Reuse => self.checkout(),
             Conn::New => None,
@@ -151,7 +168,7 @@ impl Upstream {
             Some(c) => c,
             None => self.connect().await?,
         };
-        match c.exchange(&out, self.authority.as_str(), max_bytes).await {
+        match c.exchange(&out, self.authority.as_str(), limit).await {
             Ok((answer, keep_alive)) => {
                 self.checkin(c, keep_alive);
                 Ok(answer)
@@ -159,6 +176,8 @@ impl Upstream {
             Err(Failed::Stale(detail)) => Err(Error::Stale(detail)),
             Err(Failed::NotSent(detail)) => Err(Error::Connect(detail)),
             Err(Failed::Sent(detail)) => Err(Error::Exchange(detail)),
+            Err(Failed::TooLarge(detail)) => Err(Error::TooLarge(detail)),
+            Err(Failed::Budget(detail)) => Err(Error::Budget(detail)),
         }
     }
 

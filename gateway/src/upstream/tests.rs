@@ -178,15 +178,40 @@ async fn broken_answers_are_exchange_errors() {
     const CUT: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc";
     const GARBAGE: &[u8] = b"SMTP ready\r\n\r\n";
     const CONFLICT: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc";
-    const HUGE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5000\r\n\r\n";
     const BAD_CHUNK: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n";
-    for answer in [CUT, GARBAGE, CONFLICT, HUGE, BAD_CHUNK] {
+    for answer in [CUT, GARBAGE, CONFLICT, BAD_CHUNK] {
         let (addr, _) = scripted(vec![vec![answer]]).await;
         let u = upstream(addr);
         let e = get(&u).await.unwrap_err();
         assert!(matches!(e, Error::Exchange(_)), "{e}");
         assert_eq!(u.idle_count(), 0);
     }
+}
+
+#[tokio::test]
+async fn answers_over_the_cap_or_the_budget_are_refused_and_the_budget_is_given_back() {
+    const HUGE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5000\r\n\r\n";
+    const HUGE_CHUNK: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1388\r\n";
+    let mut until_close = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n".to_vec();
+    until_close.resize(until_close.len() + 5000, b'x');
+    let until_close: &'static [u8] = Box::leak(until_close.into_boxed_slice());
+    let budget = super::AnswerBudget::new(2048, prometheus_client::metrics::gauge::Gauge::default());
+    let limit = |max_bytes| super::Limit { max_bytes, budget: Some(&budget) };
+    for answer in [HUGE, HUGE_CHUNK, until_close] {
+        let (addr, _) = scripted(vec![vec![answer]]).await;
+        let e = upstream(addr).request(Outgoing::get("/predict?query=hi"), limit(1024), Conn::New).await.unwrap_err();
+        assert!(matches!(e, Error::TooLarge(_)), "{e}");
+        let (addr, _) = scripted(vec![vec![HUGE]]).await;
+        let e = upstream(addr).request(Outgoing::get("/predict?query=hi"), limit(8192), Conn::New).await.unwrap_err();
+        assert!(matches!(e, Error::Budget(_)), "{e}");
+        assert_eq!(budget.used(), 0);
+    }
+    // A body within both is charged while its answer lives.
+    let (addr, _) = scripted(vec![vec![OK]]).await;
+    let a = upstream(addr).request(Outgoing::get("/predict?query=hi"), limit(1024), Conn::New).await.unwrap();
+    assert_eq!(budget.used(), i64::try_from(a.body.len()).unwrap());
+    drop(a);
+    assert_eq!(budget.used(), 0);
 }
 
 #[test]

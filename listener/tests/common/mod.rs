@@ -46,6 +46,7 @@ pub fn config() -> Config {
         body_read_timeout: Duration::from_secs(3),
         idle_timeout: Duration::from_secs(5),
         max_connections: 1000,
+        max_connections_per_address: 1000,
         max_buffered_body_bytes: 64 << 20,
         drain_timeout: Duration::from_secs(10),
         retry_after_s: 1,
