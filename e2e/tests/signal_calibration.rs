@@ -41,7 +41,7 @@ async fn start_gateway(workers: &[Server]) -> (Server, String) {
     let mut cmd = Command::new(testkit::bin("gateway"));
     cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
     cmd.args(["--stats-interval", "100ms", "--signal-interval", "100ms", "--signal-rise", "0s"]);
-    cmd.args(["--demand-window", "2s", "--signal-fall", "1s"]);
+    cmd.args(["--demand-window", "2s"]);
     for w in workers {
         cmd.arg("--worker").arg(&w.url);
     }

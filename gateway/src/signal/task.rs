@@ -35,6 +35,7 @@ pub(crate) fn spawn(pools: Weak<Pools>, ctx: Arc<Ctx>) -> JoinHandle<()> {
                     capacity: None,
                     foreign_seen: HashMap::new(),
                     foreign: 0,
+                    mode: SignalMode::Queue,
                 });
                 let s = compute(&pool, &ctx, state, now);
                 pool.publish_signal(s);
@@ -53,6 +54,8 @@ struct PoolState {
     foreign_seen: HashMap<String, u64>,
     /// ... and their sum over the pool's life (it only grows, as workers come and go).
     foreign: u64,
+    /// The mode of the last step: the smoother starts afresh when it changes.
+    mode: SignalMode,
 }
 
 /// One step of a pool's signal: read every worker, update held pressures and gauges.
@@ -140,6 +143,13 @@ fn compute(pool: &Pool, ctx: &Ctx, state: &mut PoolState, now: Instant) -> PoolS
         }
         None => (fallback, SignalMode::Queue),
     };
+    // The fallback's value (at start: one replica per worker not yet seen) is not the calibrated
+    // signal's: smoothing from one into the other would hold the start-up floor for minutes of
+    // `--signal-fall`. The first calibrated value is taken as is; the blind floor still holds.
+    if mode != state.mode {
+        state.smoother = Smoother::new(cfg.signal_rise, cfg.signal_fall);
+        state.mode = mode;
+    }
     let smoothed = state.smoother.update(raw.raw, now);
     let (value, stale) = super::finish(smoothed, &raw);
 
