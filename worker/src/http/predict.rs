@@ -284,7 +284,7 @@ mod tests {
 
     #[tokio::test]
     async fn json_answers_are_axums() {
-        let one = || wire::Prediction { intent: "PlayMusic".into(), score: 0.75, scores: None };
+        let one = || wire::Prediction { intent: "PlayMusic".into(), score: 0.75, scores: None, logits: None };
         let all = wire::Prediction { scores: Some([("A".to_owned(), 0.25), ("B\"".to_owned(), 0.75)].into()), ..one() };
         let batch = || PredictBatchResponse { predictions: vec![one(), all.clone()] };
         // Past the reused buffer's kept size (then dropped), and a small one after it.
