@@ -71,15 +71,14 @@ pub struct Model {
     pub labels: Vec<String>,
 }
 
-impl Model {
-    /// `Ok` when `name` and `version` (if any) are this model's.
-    pub fn check(&self, name: &str, version: Option<&str>) -> Result<(), OipError> {
-        if name != self.name {
-            return Err(OipError::unknown_model(name, None));
-        }
-        match version {
-            Some(v) if !v.is_empty() && v != VERSION => Err(OipError::unknown_model(name, Some(v))),
-            _ => Ok(()),
-        }
+/// `Ok` when `name` and `version` (if any; empty is the server's choice) are those of the model
+/// served as `served`.
+pub fn check_model(served: &str, name: &str, version: Option<&str>) -> Result<(), OipError> {
+    if name != served {
+        return Err(OipError::unknown_model(name, None));
+    }
+    match version {
+        Some(v) if !v.is_empty() && v != VERSION => Err(OipError::unknown_model(name, Some(v))),
+        _ => Ok(()),
     }
 }

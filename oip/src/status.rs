@@ -13,9 +13,10 @@ use crate::OipError;
 /// The gRPC code of an error kind.
 pub fn code(t: ErrorType) -> Code {
     match t {
-        ErrorType::InvalidRequest => Code::InvalidArgument,
-        // A request too large is a limit of the server's, as gRPC's own message-size limit is.
-        ErrorType::TooLarge | ErrorType::Overloaded => Code::ResourceExhausted,
+        // Too large: a query past the length limit (a message past the size limit is gRPC's own
+        // RESOURCE_EXHAUSTED, before any of this).
+        ErrorType::InvalidRequest | ErrorType::TooLarge => Code::InvalidArgument,
+        ErrorType::Overloaded => Code::ResourceExhausted,
         ErrorType::Unavailable | ErrorType::Upstream => Code::Unavailable,
         ErrorType::Timeout => Code::DeadlineExceeded,
         ErrorType::NotFound => Code::NotFound,
