@@ -32,6 +32,12 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     pub admin_listen: SocketAddr,
 
+    /// Address of the gRPC services: the Open Inference Protocol's `inference.GRPCInferenceService`
+    /// and KEDA's `externalscaler.ExternalScaler`. Off unless given (the chart gives
+    /// `0.0.0.0:9000`); port 0 picks a free port (printed as `grpc listening on http://ADDR`).
+    #[arg(long, env = "GATEWAY_GRPC_LISTEN")]
+    pub grpc_listen: Option<SocketAddr>,
+
     /// Name of the pool `/predict` goes to.
     #[arg(long, env = "GATEWAY_DEFAULT_POOL", default_value = "default")]
     pub default_pool: String,

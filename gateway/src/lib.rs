@@ -18,6 +18,7 @@ mod config;
 mod ctx;
 mod discovery;
 mod error;
+mod grpc;
 mod http;
 mod metrics;
 pub mod metrics_api;
@@ -60,6 +61,12 @@ impl Gateway {
     /// `shutdown` resolves, then finish the requests in flight.
     pub async fn serve(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         http::serve_client(listener, self.state.clone(), shutdown).await
+    }
+
+    /// Serve the gRPC services (the Open Inference Protocol's, KEDA's external scaler) on
+    /// `listener` until `shutdown` resolves, then finish the calls in flight.
+    pub async fn serve_grpc(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+        grpc::serve(listener, self.state.clone(), shutdown).await.map_err(|e| StartError::Config(format!("grpc: {e}")))
     }
 
     /// Serve operators (`/metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal`, health)
@@ -153,8 +160,24 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         println!("metrics API listening on https://{}", api.addr);
     }
 
+    // gRPC (off unless --grpc-listen): bound and announced before the client port; stops with it.
+    let (grpc_stop, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(at) = ctx.config.grpc_listen {
+        let grpc = bind(at, "grpc listening on").await?;
+        let g = gateway.clone();
+        tokio::spawn(async move {
+            let stop = async {
+                let _ = grpc_stopped.await;
+            };
+            if let Err(e) = g.serve_grpc(grpc, stop).await {
+                tracing::error!(error = %e, "grpc listener failed");
+            }
+        });
+    }
+
     let client = bind(listen, "listening on").await?;
     gateway.serve(client, stop).await?;
+    let _ = grpc_stop.send(());
     tracing::info!("gateway stopped");
     Ok(())
 }

@@ -32,6 +32,50 @@ fn query_tokens(q: &str, max_query_tokens: u64) -> u64 {
 /// The estimated cost of a request with query string `query` (still encoded) and `body`.
 pub(crate) fn estimate(cfg: &Config, query: Option<&str>, body: &[u8]) -> Cost {
     let tokens = if body.is_empty() { from_query(cfg, query.unwrap_or("")) } else { from_body(cfg, body) };
+    finish(cfg, tokens)
+}
+
+/// The estimated cost of an Open Inference Protocol request: its texts (the strings of its
+/// inputs' `data`), charged as `/predict`'s queries; a body too short to be heavy by its length.
+pub(crate) fn estimate_oip(cfg: &Config, body: &[u8]) -> Cost {
+    let short = (body.len() as u64).saturating_add(2);
+    let tokens = if short <= cfg.heavy_request_tokens {
+        short.min(cfg.max_query_tokens)
+    } else {
+        match serde_json::from_slice::<OipBody>(body) {
+            Ok(b) => {
+                let mut sum = 0u64;
+                b.inputs.iter().for_each(|i| strings(&i.data, &mut |q| sum = sum.saturating_add(query_tokens(q, cfg.max_query_tokens))));
+                sum
+            }
+            Err(_) => cfg.max_query_tokens,
+        }
+    };
+    finish(cfg, tokens)
+}
+
+#[derive(serde::Deserialize)]
+struct OipBody {
+    #[serde(default)]
+    inputs: Vec<OipInput>,
+}
+
+#[derive(serde::Deserialize)]
+struct OipInput {
+    #[serde(default)]
+    data: serde_json::Value,
+}
+
+fn strings(v: &serde_json::Value, f: &mut impl FnMut(&str)) {
+    match v {
+        serde_json::Value::String(s) => f(s),
+        serde_json::Value::Array(items) => items.iter().for_each(|i| strings(i, f)),
+        _ => {}
+    }
+}
+
+/// A cost from its tokens.
+fn finish(cfg: &Config, tokens: u64) -> Cost {
     let heavy = tokens > cfg.heavy_request_tokens;
     let scale = if heavy { tokens as f64 / cfg.heavy_request_tokens.max(1) as f64 } else { 1.0 };
     Cost { tokens: tokens.max(1), heavy, scale }
@@ -92,6 +136,23 @@ mod tests {
         assert!(estimate(&cfg, Some(&q), b"").tokens <= cfg.heavy_request_tokens);
         // Not a request: one query's worth.
         assert_eq!(estimate(&cfg, None, &[b'x'; 4000]).tokens, 128);
+    }
+
+    #[test]
+    fn oip_requests_cost_their_texts_as_queries_do() {
+        let cfg = Config::for_tests();
+        let oip = |texts: serde_json::Value| {
+            let body = serde_json::json!({"inputs": [{"name": "text", "shape": [64], "datatype": "BYTES", "data": texts}]});
+            estimate_oip(&cfg, body.to_string().as_bytes())
+        };
+        let c = oip(serde_json::json!(["play jazz"]));
+        assert!(!c.heavy, "{c:?}");
+        // The same batch as /predict's: the same cost, nested ([N, 1]) or flat.
+        let c = oip(serde_json::json!(vec![["play jazz"]; 40]));
+        assert_eq!((c.tokens, c.heavy), (400, true));
+        let long = "supercalifragilistic ".repeat(100);
+        assert_eq!(oip(serde_json::json!(vec![long; 64])).tokens, 64 * 128);
+        assert_eq!(estimate_oip(&cfg, &[b'x'; 4000]).tokens, 128);
     }
 
     #[test]
