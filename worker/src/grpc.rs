@@ -50,9 +50,11 @@ impl GrpcInferenceService for Service {
     }
 
     async fn model_ready(&self, req: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
+        // Not ready, rather than an error, for a model or version not served (as the REST
+        // route's 404 reads to a client asking whether it is ready).
         let r = req.into_inner();
-        rest::check_model(&self.0, &r.name, version(&r.version))?;
-        Ok(Response::new(ModelReadyResponse { ready: rest::is_ready(&self.0) }))
+        let served = rest::check_model(&self.0, &r.name, version(&r.version)).is_ok();
+        Ok(Response::new(ModelReadyResponse { ready: served && rest::is_ready(&self.0) }))
     }
 
     async fn server_metadata(

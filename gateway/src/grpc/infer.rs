@@ -138,11 +138,8 @@ impl GrpcInferenceService for Service {
     async fn model_ready(&self, req: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
         let (md, _, r) = req.into_parts();
         let path = model_path(&r.name, &r.version, "/ready");
-        let ready = match success(self.call(&md, Method::GET, path, Bytes::new()).await?).await {
-            Ok(_) => true,
-            Err(s) if s.code() == tonic::Code::NotFound => return Err(s),
-            Err(_) => false,
-        };
+        // Not ready for any refusal: a model or version not served, no worker, overload.
+        let ready = success(self.call(&md, Method::GET, path, Bytes::new()).await?).await.is_ok();
         Ok(Response::new(ModelReadyResponse { ready }))
     }
 
