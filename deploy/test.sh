@@ -62,6 +62,8 @@ step "helm template refuses minReplicas 0 under an HPA" sh -c \
   "! '$tools/helm' template x '$chart' --set workerDefaults.minReplicas=0 2>/dev/null"
 step "helm template refuses an unknown autoscaling mode" sh -c \
   "! '$tools/helm' template x '$chart' --set autoscaling.mode=vpa 2>/dev/null"
+step "helm template refuses an unknown KEDA trigger" sh -c \
+  "! '$tools/helm' template x '$chart' --set autoscaling.mode=keda --set autoscaling.keda.trigger=cron 2>/dev/null"
 
 echo "== Prometheus rules and dashboard"
 step "promtool check rules deploy/prometheus/rules.yml" promtool check rules deploy/prometheus/rules.yml
