@@ -66,7 +66,8 @@ async fn rest_and_grpc_through_the_gateway() {
     assert_eq!(meta["name"], "inference-gateway");
     let r = c.get(gw.at(&format!("/v2/models/{MODEL}"))).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let body = json!({"id": "r", "inputs": [{"name": "text", "shape": [texts.len()], "datatype": "BYTES", "data": texts}]});
+    let body =
+        json!({"id": "r", "inputs": [{"name": "text", "shape": [texts.len()], "datatype": "BYTES", "data": texts}]});
     for path in [format!("/v2/models/{MODEL}/infer"), format!("/pools/default/v2/models/{MODEL}/infer")] {
         let r = c.post(gw.at(&path)).json(&body).send().await.unwrap();
         assert_eq!(r.status(), 200, "{path}");

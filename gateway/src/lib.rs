@@ -65,7 +65,11 @@ impl Gateway {
 
     /// Serve the gRPC services (the Open Inference Protocol's, KEDA's external scaler) on
     /// `listener` until `shutdown` resolves, then finish the calls in flight.
-    pub async fn serve_grpc(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    pub async fn serve_grpc(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), StartError> {
         grpc::serve(listener, self.state.clone(), shutdown).await.map_err(|e| StartError::Config(format!("grpc: {e}")))
     }
 

@@ -151,8 +151,14 @@ mod tests {
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["id"], "r");
         assert_eq!(v["model_version"], "1");
-        assert_eq!(v["outputs"][0], serde_json::json!({"name": "label", "shape": [2], "datatype": "BYTES", "data": ["PlayMusic", "BookRestaurant"]}));
-        assert_eq!(v["outputs"][1], serde_json::json!({"name": "score", "shape": [2], "datatype": "FP32", "data": [0.75, 0.5]}));
+        assert_eq!(
+            v["outputs"][0],
+            serde_json::json!({"name": "label", "shape": [2], "datatype": "BYTES", "data": ["PlayMusic", "BookRestaurant"]})
+        );
+        assert_eq!(
+            v["outputs"][1],
+            serde_json::json!({"name": "score", "shape": [2], "datatype": "FP32", "data": [0.75, 0.5]})
+        );
         let r = rest("m", &call(true, &[Output::Logits, Output::Score]), &preds()).unwrap();
         assert_eq!((r.outputs[0].name.as_str(), r.outputs[0].shape.as_slice()), ("logits", &[2, 2][..]));
         assert_eq!(r.outputs[0].data, serde_json::json!([2.0, 0.5, 0.0, 0.0]));
@@ -164,8 +170,14 @@ mod tests {
         let c = call(true, &Output::ALL);
         let direct = pb("m", &c, &preds()).unwrap();
         assert_eq!(direct.raw_output_contents.len(), 3);
-        assert_eq!(direct.raw_output_contents[1], [0.75f32, 0.5].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>());
-        assert_eq!(crate::call::decode_raw_bytes(&direct.raw_output_contents[0]).unwrap(), ["PlayMusic", "BookRestaurant"]);
+        assert_eq!(
+            direct.raw_output_contents[1],
+            [0.75f32, 0.5].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            crate::call::decode_raw_bytes(&direct.raw_output_contents[0]).unwrap(),
+            ["PlayMusic", "BookRestaurant"]
+        );
         let via_rest = pb_from_rest(rest("m", &c, &preds()).unwrap()).unwrap();
         assert_eq!(via_rest, direct);
     }

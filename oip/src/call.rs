@@ -234,9 +234,7 @@ mod tests {
 
     #[test]
     fn refusals_say_what_is_wrong() {
-        let input = |name: &str, shape: serde_json::Value, dt: &str, data: serde_json::Value| {
-            serde_json::json!({"inputs": [{"name": name, "shape": shape, "datatype": dt, "data": data}]})
-        };
+        let input = |name: &str, shape: serde_json::Value, dt: &str, data: serde_json::Value| serde_json::json!({"inputs": [{"name": name, "shape": shape, "datatype": dt, "data": data}]});
         let cases = [
             (input("text", [2].into(), "BYTES", serde_json::json!(["a"])), "but 1 elements"),
             (input("text", [1].into(), "FP32", serde_json::json!([1.0])), "BYTES, not FP32"),

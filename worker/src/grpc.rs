@@ -7,13 +7,13 @@
 use std::future::Future;
 use std::time::{Duration, Instant as StdInstant};
 
+use oip::InferCall;
 use oip::pb::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use oip::pb::{
     ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
     ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
     ServerReadyRequest, ServerReadyResponse,
 };
-use oip::InferCall;
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 

@@ -144,7 +144,11 @@ where
     let state = AppState::new(Inner {
         core,
         worker_id: format!("{host}/{}", std::process::id()),
-        model: wire::ModelInfo { name: config.model_name.clone().unwrap_or(model.name), device: config.device.to_string(), labels: model.labels },
+        model: wire::ModelInfo {
+            name: config.model_name.clone().unwrap_or(model.name),
+            device: config.device.to_string(),
+            labels: model.labels,
+        },
         max_body_bytes: config.max_body_bytes,
         bodies: std::sync::OnceLock::new(),
         stats,

@@ -12,13 +12,13 @@ use axum::response::Response as HttpResponse;
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, Full};
+use oip::InferCall;
 use oip::pb::grpc_inference_service_server::GrpcInferenceService;
 use oip::pb::{
     ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
     ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
     ServerReadyRequest, ServerReadyResponse,
 };
-use oip::InferCall;
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
@@ -95,11 +95,8 @@ async fn success(resp: HttpResponse) -> Result<Bytes, Status> {
     if parts.status.is_success() {
         return Ok(body);
     }
-    let retry = parts
-        .headers
-        .get(header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-        .map(Duration::from_secs);
+    let retry =
+        parts.headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse().ok()).map(Duration::from_secs);
     let e = serde_json::from_slice::<ErrorBody>(&body).unwrap_or_else(|_| ErrorBody {
         error: format!("the worker answered {}", parts.status),
         error_type: kind_of(parts.status),
@@ -155,7 +152,8 @@ impl GrpcInferenceService for Service {
         req: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let (md, _, r) = req.into_parts();
-        let body = success(self.call(&md, Method::GET, model_path(&r.name, &r.version, ""), Bytes::new()).await?).await?;
+        let body =
+            success(self.call(&md, Method::GET, model_path(&r.name, &r.version, ""), Bytes::new()).await?).await?;
         Ok(Response::new(oip::meta::from_rest(json(&body)?)))
     }
 
@@ -210,7 +208,8 @@ mod tests {
         let s = success(resp(429, r#"{"error":"busy","error_type":"overloaded"}"#, Some("1"))).await.unwrap_err();
         assert_eq!(s.code(), tonic::Code::ResourceExhausted);
         assert_eq!(s.get_details_retry_info().unwrap().retry_delay, Some(Duration::from_secs(1)));
-        let s = success(resp(404, r#"{"error":"unknown model \"x\"","error_type":"not_found"}"#, None)).await.unwrap_err();
+        let s =
+            success(resp(404, r#"{"error":"unknown model \"x\"","error_type":"not_found"}"#, None)).await.unwrap_err();
         assert_eq!((s.code(), s.message()), (tonic::Code::NotFound, "unknown model \"x\""));
         let s = success(resp(502, "<html>", None)).await.unwrap_err();
         assert_eq!(s.code(), tonic::Code::Unavailable);

@@ -45,7 +45,9 @@ pub(crate) fn estimate_oip(cfg: &Config, body: &[u8]) -> Cost {
         match serde_json::from_slice::<OipBody>(body) {
             Ok(b) => {
                 let mut sum = 0u64;
-                b.inputs.iter().for_each(|i| strings(&i.data, &mut |q| sum = sum.saturating_add(query_tokens(q, cfg.max_query_tokens))));
+                b.inputs.iter().for_each(|i| {
+                    strings(&i.data, &mut |q| sum = sum.saturating_add(query_tokens(q, cfg.max_query_tokens)))
+                });
                 sum
             }
             Err(_) => cfg.max_query_tokens,
@@ -142,7 +144,8 @@ mod tests {
     fn oip_requests_cost_their_texts_as_queries_do() {
         let cfg = Config::for_tests();
         let oip = |texts: serde_json::Value| {
-            let body = serde_json::json!({"inputs": [{"name": "text", "shape": [64], "datatype": "BYTES", "data": texts}]});
+            let body =
+                serde_json::json!({"inputs": [{"name": "text", "shape": [64], "datatype": "BYTES", "data": texts}]});
             estimate_oip(&cfg, body.to_string().as_bytes())
         };
         let c = oip(serde_json::json!(["play jazz"]));

@@ -210,7 +210,8 @@ mod tests {
         for other in ["/predict/", "/pools//predict", "/pools/a/b/predict", "/pools/big/predict/", "/v1/signal", "/"] {
             assert_eq!(route(other), None, "{other}");
         }
-        let oip = |pool: Option<&str>, path: &str| Some(Route::Oip { pool: pool.map(str::to_owned), path: path.into() });
+        let oip =
+            |pool: Option<&str>, path: &str| Some(Route::Oip { pool: pool.map(str::to_owned), path: path.into() });
         assert_eq!(route("/v2/models/m/infer"), oip(None, "/v2/models/m/infer"));
         assert_eq!(route("/pools/big/v2/models/m/versions/1/ready"), oip(Some("big"), "/v2/models/m/versions/1/ready"));
         assert_eq!(route("/pools/my%20pool/v2/models/m"), oip(Some("my pool"), "/v2/models/m"));

@@ -25,7 +25,8 @@ pub fn prediction(labels: &[String], mut logits: Vec<f32>, detail: Detail) -> Pr
     let raw = detail.logits.then(|| logits.clone());
     softmax(&mut logits);
     let (best, score) = logits.iter().copied().enumerate().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((0, 0.0));
-    let scores = detail.all_scores.then(|| labels.iter().cloned().zip(logits.iter().copied()).collect::<BTreeMap<_, _>>());
+    let scores =
+        detail.all_scores.then(|| labels.iter().cloned().zip(logits.iter().copied()).collect::<BTreeMap<_, _>>());
     Prediction { intent: labels[best].clone(), score, scores, logits: raw }
 }
 
