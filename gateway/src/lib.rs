@@ -70,7 +70,7 @@ impl Gateway {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), StartError> {
-        grpc::serve(listener, self.state.clone(), shutdown).await.map_err(|e| StartError::Config(format!("grpc: {e}")))
+        grpc::serve(listener, self.state.clone(), shutdown).await
     }
 
     /// Serve operators (`/metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal`, health)
@@ -167,7 +167,11 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     // gRPC (off unless --grpc-listen): bound and announced before the client port; stops with it.
     let (grpc_stop, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
     if let Some(at) = ctx.config.grpc_listen {
-        let grpc = bind(at, "grpc listening on").await?;
+        // Files read (and refused) before the port is announced.
+        let tls = grpc::tls_config(&ctx.config)?.is_some();
+        let grpc = listener::bind(at)?;
+        let scheme = if tls { "https" } else { "http" };
+        println!("grpc listening on {scheme}://{}", grpc.local_addr()?);
         let g = gateway.clone();
         tokio::spawn(async move {
             let stop = async {

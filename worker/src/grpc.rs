@@ -118,3 +118,26 @@ pub async fn serve(
         .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(tcp), shutdown)
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+    use tonic_types::StatusExt;
+
+    use super::*;
+
+    #[test]
+    fn core_errors_map_to_codes_with_retry_advice_for_overload() {
+        let s = core_status(&CoreError::Overloaded);
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        let retry = s.get_details_retry_info().and_then(|r| r.retry_delay);
+        assert_eq!(retry, Some(Duration::from_secs(RETRY_AFTER_S)));
+        assert_eq!(core_status(&CoreError::Draining).code(), Code::Unavailable);
+        assert!(core_status(&CoreError::Draining).get_details_retry_info().is_some());
+        assert_eq!(core_status(&CoreError::Timeout(Duration::from_secs(1))).code(), Code::DeadlineExceeded);
+        let long = CoreError::QueryTooLong { index: 0, len: 9, limit: 1 };
+        assert_eq!(core_status(&long).code(), Code::InvalidArgument);
+        let internal = core_status(&CoreError::Internal("secret detail".into()));
+        assert_eq!((internal.code(), internal.message()), (Code::Internal, "internal error"));
+    }
+}
