@@ -2,13 +2,12 @@
 //! contents as Triton's clients read them; and a REST answer turned into a gRPC one (the
 //! gateway's gRPC inferences are answered by a worker's REST route).
 
-use serde_json::Value;
 use wire::Prediction;
 
 use crate::call::{InferCall, Output, encode_raw_bytes};
 use crate::pb::ModelInferResponse;
 use crate::pb::model_infer_response::InferOutputTensor;
-use crate::rest::{InferResponse, OutputTensor};
+use crate::rest::{InferResponse, OutputTensor, TensorData};
 use crate::{OipError, VERSION};
 
 /// One output tensor: its shape and its values.
@@ -18,7 +17,7 @@ enum Values<'a> {
 }
 
 fn tensors<'a>(call: &InferCall, preds: &'a [Prediction]) -> Result<Vec<(Output, Vec<i64>, Values<'a>)>, OipError> {
-    let rows = call.shape();
+    let rows = if call.column { vec![preds.len() as i64, 1] } else { vec![preds.len() as i64] };
     call.outputs
         .iter()
         .map(|&o| {
@@ -53,8 +52,8 @@ pub fn rest(model: &str, call: &InferCall, predictions: &[Prediction]) -> Result
             shape,
             datatype: o.datatype().to_owned(),
             data: match values {
-                Values::Bytes(v) => Value::from(v),
-                Values::Fp32(v) => Value::from(v),
+                Values::Bytes(v) => TensorData::Strings(v.into_iter().map(str::to_owned).collect()),
+                Values::Fp32(v) => TensorData::Numbers(v),
             },
         })
         .collect();
@@ -109,17 +108,10 @@ pub fn pb_from_rest(resp: InferResponse) -> Result<ModelInferResponse, OipError>
         ..Default::default()
     };
     for t in resp.outputs {
-        let items = t.data.as_array().ok_or_else(|| internal("a worker's output tensor is not an array"))?;
-        let raw = match t.datatype.as_str() {
-            "BYTES" => {
-                let s: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
-                encode_raw_bytes(s.ok_or_else(|| internal("a worker's BYTES output holds a non-string"))?)
-            }
-            "FP32" => {
-                let f: Option<Vec<f32>> = items.iter().map(|v| v.as_f64().map(|x| x as f32)).collect();
-                fp32_raw(&f.ok_or_else(|| internal("a worker's FP32 output holds a non-number"))?)
-            }
-            other => return Err(internal(&format!("a worker's output of datatype {other}"))),
+        let raw = match (t.datatype.as_str(), &t.data) {
+            ("BYTES", TensorData::Strings(v)) => encode_raw_bytes(v.iter().map(String::as_str)),
+            ("FP32", TensorData::Numbers(v)) => fp32_raw(v),
+            (other, _) => return Err(internal(&format!("a worker's output of datatype {other} with other data"))),
         };
         out.outputs.push(pb_tensor(&t.name, &t.datatype, t.shape));
         out.raw_output_contents.push(raw);
@@ -161,7 +153,10 @@ mod tests {
         );
         let r = rest("m", &call(true, &[Output::Logits, Output::Score]), &preds()).unwrap();
         assert_eq!((r.outputs[0].name.as_str(), r.outputs[0].shape.as_slice()), ("logits", &[2, 2][..]));
-        assert_eq!(r.outputs[0].data, serde_json::json!([2.0, 0.5, 0.0, 0.0]));
+        assert_eq!(r.outputs[0].data, TensorData::Numbers(vec![2.0, 0.5, 0.0, 0.0]));
+        // Read back as JSON (the gateway's gRPC path): the same answer.
+        let again: InferResponse = serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
+        assert_eq!(again, r);
         assert_eq!(r.outputs[1].shape, [2, 1]);
     }
 

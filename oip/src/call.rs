@@ -75,12 +75,14 @@ impl InferCall {
     }
 
     pub fn from_rest(req: InferRequest) -> Result<Self, OipError> {
-        let input = one_input(&req.inputs, |i| i.name.as_str())?;
+        let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_str()))?;
+        let mut inputs = req.inputs;
+        one_input(&inputs, |i| i.name.as_str())?;
+        let input = inputs.pop().expect("one input");
         check_tensor(&input.datatype, &input.shape)?;
         let mut texts = Vec::new();
-        flatten(&input.data, &mut texts)?;
+        flatten(input.data, &mut texts)?;
         let column = check_count(&input.shape, texts.len())?;
-        let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_str()))?;
         Ok(Self { id: req.id.filter(|id| !id.is_empty()), texts, column, outputs })
     }
 
@@ -160,11 +162,11 @@ fn outputs<'a>(names: impl Iterator<Item = &'a str>) -> Result<Vec<Output>, OipE
     Ok(out)
 }
 
-/// A JSON tensor's strings, row-major (flat or nested arrays).
-fn flatten(v: &Value, out: &mut Vec<String>) -> Result<(), OipError> {
+/// A JSON tensor's strings, row-major (flat or nested arrays), moved out.
+fn flatten(v: Value, out: &mut Vec<String>) -> Result<(), OipError> {
     match v {
-        Value::String(s) => out.push(s.clone()),
-        Value::Array(items) => items.iter().try_for_each(|i| flatten(i, out))?,
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.into_iter().try_for_each(|i| flatten(i, out))?,
         other => return Err(OipError::invalid(format!("input \"text\" holds strings, not {other}"))),
     }
     Ok(())

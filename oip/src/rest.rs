@@ -53,8 +53,18 @@ pub struct OutputTensor {
     pub name: String,
     pub shape: Vec<i64>,
     pub datatype: String,
-    /// Flat, row-major: strings for `BYTES`, numbers for `FP32`.
-    pub data: Value,
+    /// Flat, row-major.
+    pub data: TensorData,
+}
+
+/// An output tensor's elements: written without an intermediate JSON value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TensorData {
+    /// `BYTES`.
+    Strings(Vec<String>),
+    /// `FP32`.
+    Numbers(Vec<f32>),
 }
 
 /// `GET /v2`.

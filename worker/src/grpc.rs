@@ -80,9 +80,9 @@ impl GrpcInferenceService for Service {
         let checked = rest::check_model(state, &req.model_name, version(&req.model_version))
             .and_then(|()| InferCall::from_pb(req));
         let (n, result) = match checked {
-            Ok(call) => {
+            Ok(mut call) => {
                 let n = call.texts.len() as u64;
-                let answer = match rest::predict(state, &call).await {
+                let answer = match rest::predict(state, &mut call).await {
                     Ok(p) => oip::answer::pb(&state.model.name, &call, &p).map_err(|e| (e.error_type, Status::from(e))),
                     Err(e) => Err((e.error_type(), core_status(&e))),
                 };

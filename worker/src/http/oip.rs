@@ -9,7 +9,7 @@ use std::time::Instant as StdInstant;
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -115,25 +115,25 @@ fn readiness(state: &AppState, name: &str, version: Option<&str>) -> Response {
     }
 }
 
-async fn infer(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, body: Body) -> Response {
-    respond(&state, &name, None, &headers, body).await
+async fn infer(State(state): State<AppState>, Path(name): Path<String>, req: Request) -> Response {
+    respond(&state, &name, None, req).await
 }
 
 async fn infer_version(
     State(state): State<AppState>,
     Path((name, version)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
+    req: Request,
 ) -> Response {
-    respond(&state, &name, Some(&version), &headers, body).await
+    respond(&state, &name, Some(&version), req).await
 }
 
-async fn respond(state: &AppState, name: &str, version: Option<&str>, headers: &HeaderMap, body: Body) -> Response {
+async fn respond(state: &AppState, name: &str, version: Option<&str>, req: Request) -> Response {
     let started = StdInstant::now();
-    let call = parse(state, name, version, headers, body).await;
+    let (parts, body) = req.into_parts();
+    let call = parse(state, name, version, &parts.headers, body).await;
     let n = call.as_ref().map_or(0, |c| c.texts.len()) as u64;
     let result = match call {
-        Ok(call) => run(state, call).await.map_err(ApiError::from),
+        Ok(mut call) => run(state, &mut call).await.map_err(ApiError::from),
         Err(e) => Err(e),
     };
     let outcome = result.as_ref().map_or_else(|e| e.error_type().as_str(), |_| "ok");
@@ -160,15 +160,16 @@ async fn parse(
 }
 
 /// Runs a checked call through the core, answered as REST.
-async fn run(state: &AppState, call: InferCall) -> Result<oip::rest::InferResponse, RunError> {
-    let predictions = predict(state, &call).await?;
-    Ok(oip::answer::rest(&state.model.name, &call, &predictions)?)
+async fn run(state: &AppState, call: &mut InferCall) -> Result<oip::rest::InferResponse, RunError> {
+    let predictions = predict(state, call).await?;
+    Ok(oip::answer::rest(&state.model.name, call, &predictions)?)
 }
 
-/// The predictions for a checked call, one per text (shared with the gRPC service).
-pub async fn predict(state: &AppState, call: &InferCall) -> Result<Vec<wire::Prediction>, CoreError> {
+/// The predictions for a checked call, one per text (shared with the gRPC service); the texts
+/// are moved out of the call.
+pub async fn predict(state: &AppState, call: &mut InferCall) -> Result<Vec<wire::Prediction>, CoreError> {
     let detail = Detail { all_scores: false, logits: call.wants(Output::Logits) };
-    let queries = Queries::from_vec(call.texts.clone());
+    let queries = Queries::from_vec(std::mem::take(&mut call.texts));
     Ok(state.core.predict(queries, detail).await?.into_vec())
 }
 
