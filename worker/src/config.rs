@@ -15,7 +15,8 @@ pub struct Config {
     pub listen: SocketAddr,
 
     /// Address of the Open Inference Protocol's gRPC service (`inference.GRPCInferenceService`);
-    /// off unless given (the chart gives `0.0.0.0:8001`); port 0 picks a free port (printed as
+    /// off unless given (the chart leaves it off: the gateway calls workers over REST); port 0
+    /// picks a free port (printed as
     /// `grpc listening on http://ADDR`).
     #[arg(long, env = "WORKER_GRPC_LISTEN")]
     pub grpc_listen: Option<SocketAddr>,
