@@ -79,6 +79,8 @@ for h in hpas:
 ' "$out/rendered-1.37.yaml"
 step "helm template refuses an unknown autoscaling mode" sh -c \
   "! '$tools/helm' template x '$chart' --set autoscaling.mode=vpa 2>/dev/null"
+step "helm template refuses an unknown KEDA trigger" sh -c \
+  "! '$tools/helm' template x '$chart' --set autoscaling.mode=keda --set autoscaling.keda.trigger=cron 2>/dev/null"
 
 echo "== Prometheus rules and dashboard"
 step "promtool check rules deploy/prometheus/rules.yml" promtool check rules deploy/prometheus/rules.yml

@@ -88,7 +88,8 @@ def check_rendered(path):
     check(len(client) == 1, f"{name}: one client Service")
     for s in client:
         ports = s["spec"]["ports"]
-        check([p["targetPort"] for p in ports] == ["http"], f"{name}: client Service serves only the http port, not {ports}")
+        check([p["targetPort"] for p in ports] == ["http", "grpc"],
+              f"{name}: client Service serves only the http and grpc (Open Inference Protocol) ports, not {ports}")
     for s in services.values():
         if s["metadata"]["labels"].get("app.kubernetes.io/component") in ("gateway-admin", "metrics-api"):
             check(s["spec"].get("publishNotReadyAddresses") is True, f"{name}: {s['metadata']['name']} publishes not-ready gateways")
@@ -169,6 +170,15 @@ def check_rendered(path):
         for so in sos:
             pool = so["metadata"]["labels"]["inference-gateway/pool"]
             t = so["spec"]["triggers"][0]
+            if t["type"] == "external-push":
+                check(t["metricType"] == "AverageValue", f"{name}: external-push scaler")
+                check(re.fullmatch(r"[a-z0-9-]+-admin\.[a-z0-9-]+\.svc:9000", t["metadata"]["scalerAddress"]),
+                      f"{name}: KEDA's external scaler is the gateway's gRPC port: {t['metadata']['scalerAddress']}")
+                check(t["metadata"]["pool"] == pool, f"{name}: the trigger names pool {pool}")
+                admin = [s for s in services.values() if s["metadata"]["name"].endswith("-admin")]
+                check(admin and any(p["name"] == "grpc" and p["port"] == 9000 for p in admin[0]["spec"]["ports"]),
+                      f"{name}: the admin Service publishes the gRPC port")
+                continue
             check(t["type"] == "metrics-api" and t["metricType"] == "AverageValue", f"{name}: metrics-api scaler")
             check(re.fullmatch(r"http://[a-z0-9-]+-admin\.[a-z0-9-]+\.svc:9090/pools/%s/signal" % re.escape(pool), t["metadata"]["url"]),
                   f"{name}: KEDA reads /pools/{pool}/signal on the admin port: {t['metadata']['url']}")

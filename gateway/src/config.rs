@@ -50,6 +50,26 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     pub admin_listen: SocketAddr,
 
+    /// Address of the gRPC services: the Open Inference Protocol's `inference.GRPCInferenceService`
+    /// and KEDA's `externalscaler.ExternalScaler`. Off unless given (the chart gives
+    /// `0.0.0.0:9000`); port 0 picks a free port (printed as `grpc listening on http://ADDR`).
+    #[arg(long, env = "GATEWAY_GRPC_LISTEN")]
+    pub grpc_listen: Option<SocketAddr>,
+
+    /// PEM certificate (chain) of the gRPC listener; with `--grpc-tls-key-file` the listener
+    /// speaks TLS only (KEDA's `caCert` verifies it).
+    #[arg(long, env = "GATEWAY_GRPC_TLS_CERT_FILE", requires = "grpc_tls_key_file")]
+    pub grpc_tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of `--grpc-tls-cert-file`.
+    #[arg(long, env = "GATEWAY_GRPC_TLS_KEY_FILE", requires = "grpc_tls_cert_file")]
+    pub grpc_tls_key_file: Option<PathBuf>,
+
+    /// PEM CA bundle: with it, the gRPC listener accepts only clients presenting a certificate
+    /// it signed (mutual TLS: KEDA's `tlsClientCert`).
+    #[arg(long, env = "GATEWAY_GRPC_TLS_CLIENT_CA_FILE", requires = "grpc_tls_cert_file")]
+    pub grpc_tls_client_ca_file: Option<PathBuf>,
+
     /// Name of the pool `/predict` goes to.
     #[arg(long, env = "GATEWAY_DEFAULT_POOL", default_value = "default")]
     pub default_pool: String,

@@ -19,6 +19,7 @@ mod config;
 mod ctx;
 mod discovery;
 mod error;
+mod grpc;
 mod http;
 mod metrics;
 mod pool;
@@ -61,6 +62,16 @@ impl Gateway {
     /// `shutdown` resolves, then finish the requests in flight.
     pub async fn serve(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> std::io::Result<()> {
         http::serve_client(listener, self.state.clone(), shutdown).await
+    }
+
+    /// Serve the gRPC services (the Open Inference Protocol's, KEDA's external scaler) on
+    /// `listener` until `shutdown` resolves, then finish the calls in flight.
+    pub async fn serve_grpc(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), StartError> {
+        grpc::serve(listener, self.state.clone(), shutdown).await
     }
 
     /// Serve operators (`/metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal`, health)
@@ -154,8 +165,28 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         println!("metrics API listening on https://{}", api.addr);
     }
 
+    // gRPC (off unless --grpc-listen): bound and announced before the client port; stops with it.
+    let (grpc_stop, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(at) = ctx.config.grpc_listen {
+        // Files read (and refused) before the port is announced.
+        let tls = grpc::tls_config(&ctx.config)?.is_some();
+        let grpc = listener::bind(at)?;
+        let scheme = if tls { "https" } else { "http" };
+        println!("grpc listening on {scheme}://{}", grpc.local_addr()?);
+        let g = gateway.clone();
+        tokio::spawn(async move {
+            let stop = async {
+                let _ = grpc_stopped.await;
+            };
+            if let Err(e) = g.serve_grpc(grpc, stop).await {
+                tracing::error!(error = %e, "grpc listener failed");
+            }
+        });
+    }
+
     let client = bind(listen, "listening on").await?;
     gateway.serve(client, stop).await?;
+    let _ = grpc_stop.send(());
     tracing::info!("gateway stopped");
     Ok(())
 }

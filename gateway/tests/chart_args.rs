@@ -28,6 +28,7 @@ fn the_charts_gateway_arguments_parse_with_the_gateways_parser() {
             parse(args).unwrap_or_else(|e| panic!("{name}: the gateway refuses the chart's arguments {args:?}:\n{e}"));
         assert_eq!(config.listen, "0.0.0.0:8080".parse::<SocketAddr>().unwrap(), "{name}");
         assert_eq!(config.admin_listen, "0.0.0.0:9090".parse::<SocketAddr>().unwrap(), "{name}");
+        assert_eq!(config.grpc_listen, Some("0.0.0.0:9000".parse::<SocketAddr>().unwrap()), "{name}");
         assert_eq!(config.target_gpu, 70.0, "{name}: --target-gpu is in percent");
         assert_eq!(config.target_queue, 32.0, "{name}");
         assert_eq!(config.pool_namespace, "ml", "{name}");

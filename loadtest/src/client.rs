@@ -72,6 +72,7 @@ impl ThreadCtx {
                 target.addr,
                 target.method.clone(),
                 target.headers.clone(),
+                target.grpc,
                 h2_connections,
                 counters.open.clone(),
                 counters.opened.clone(),

@@ -114,6 +114,16 @@ pub struct Config {
     #[arg(short = 'H', long = "header", env = "LOADTEST_HEADERS", value_delimiter = '\n')]
     pub headers: Vec<String>,
 
+    /// Protocol: `predict` (`/predict`, as `--method` says), `oip` (the Open Inference Protocol
+    /// over REST, `POST /v2/models/{--model}/infer`) or `grpc` (its gRPC `ModelInfer` on h2c;
+    /// implies `--http 2`). `oip` and `grpc` send `--batch` texts per request.
+    #[arg(long, env = "LOADTEST_PROTOCOL", value_enum, default_value = "predict")]
+    pub protocol: target::Protocol,
+
+    /// The model `--protocol oip|grpc` names.
+    #[arg(long, env = "LOADTEST_MODEL", default_value = "snips-minilm-l6")]
+    pub model: String,
+
     /// HTTP version: `1.1` (keep-alive) or `2` (h2c, prior knowledge).
     #[arg(long, env = "LOADTEST_HTTP", value_enum, default_value = "1.1")]
     pub http: Http,
@@ -193,6 +203,8 @@ impl Config {
                 batch: self.batch,
                 headers: &self.headers,
                 http: self.http,
+                protocol: self.protocol,
+                model: &self.model,
             },
             &queries,
         )?;
@@ -277,7 +289,7 @@ impl Config {
                 path: self.path.clone(),
                 method: target.method.to_string(),
                 batch: self.batch.max(1),
-                http: match self.http {
+                http: match target.http {
                     Http::Http1 => "1.1",
                     Http::Http2 => "2",
                 }

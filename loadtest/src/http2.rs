@@ -22,6 +22,8 @@ pub struct Pool {
     addr: SocketAddr,
     method: Method,
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// gRPC: the outcome is the `grpc-status` trailer's.
+    grpc: bool,
     conns: Vec<tokio::sync::Mutex<Option<SendRequest<Full<Bytes>>>>>,
     next: Cell<usize>,
     open: Arc<AtomicI64>,
@@ -40,12 +42,13 @@ impl Pool {
         addr: SocketAddr,
         method: Method,
         headers: Vec<(HeaderName, HeaderValue)>,
+        grpc: bool,
         connections: usize,
         open: Arc<AtomicI64>,
         connects: Arc<AtomicI64>,
     ) -> Self {
         let conns = (0..connections.max(1)).map(|_| tokio::sync::Mutex::new(None)).collect();
-        Self { addr, method, headers, conns, next: Cell::new(0), open, connects }
+        Self { addr, method, headers, grpc, conns, next: Cell::new(0), open, connects }
     }
 
     /// A sender on the next connection, connecting it first when needed.
@@ -83,8 +86,15 @@ impl Pool {
         let request = builder.body(Full::new(req.body.clone())).map_err(|_| Failure::Protocol("bad request"))?;
         sender.ready().await.map_err(|e| h2_failure(&e))?;
         let resp = sender.send_request(request).await.map_err(|e| h2_failure(&e))?;
-        let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await.map_err(|e| h2_failure(&e))?.to_bytes();
+        let mut status = resp.status().as_u16();
+        // A trailers-only gRPC answer carries its status in the headers.
+        let head_status = resp.headers().get("grpc-status").cloned();
+        let collected = resp.into_body().collect().await.map_err(|e| h2_failure(&e))?;
+        if self.grpc && status == 200 {
+            let code = collected.trailers().and_then(|t| t.get("grpc-status")).or(head_status.as_ref());
+            status = grpc_as_http(code.and_then(|v| v.to_str().ok()));
+        }
+        let body = collected.to_bytes();
         Ok(Answer { status, error_body: (!(200..300).contains(&status)).then_some(body) })
     }
 }
@@ -93,6 +103,21 @@ impl Drop for Pool {
     fn drop(&mut self) {
         let open = self.conns.iter_mut().map(|c| c.get_mut().is_some()).filter(|open| *open).count();
         self.open.fetch_sub(open as i64, Ordering::Relaxed);
+    }
+}
+
+/// A gRPC status as the HTTP status of the same meaning (what the statistics count): 0 is 200,
+/// RESOURCE_EXHAUSTED 429, UNAVAILABLE 503, DEADLINE_EXCEEDED 504, INVALID_ARGUMENT 400,
+/// NOT_FOUND 404, anything else (or none) 500.
+fn grpc_as_http(code: Option<&str>) -> u16 {
+    match code {
+        Some("0") => 200,
+        Some("3") => 400,
+        Some("4") => 504,
+        Some("5") => 404,
+        Some("8") => 429,
+        Some("14") => 503,
+        _ => 500,
     }
 }
 

@@ -31,6 +31,23 @@ pub enum Shape {
     Post,
 }
 
+/// Which protocol the requests speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// The project's `/predict` (`--method get|post`).
+    Predict,
+    /// The Open Inference Protocol over REST: `POST /v2/models/{model}/infer` with a BYTES
+    /// tensor of `--batch` texts.
+    Oip,
+    /// The Open Inference Protocol over gRPC (`ModelInfer` on h2c, `--http 2` implied): the
+    /// same tensor in raw contents; a call is a success when its `grpc-status` is 0.
+    Grpc,
+}
+
+/// The gRPC method `--protocol grpc` calls.
+pub const GRPC_INFER_PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
+
 /// One request of the mix, ready for either protocol.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -51,6 +68,8 @@ pub struct Target {
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub requests: Arc<[Prepared]>,
     pub http: Http,
+    /// gRPC: the outcome is the `grpc-status` trailer's, not the HTTP status.
+    pub grpc: bool,
 }
 
 /// How to build the target.
@@ -62,6 +81,9 @@ pub struct Spec<'a> {
     pub batch: usize,
     pub headers: &'a [String],
     pub http: Http,
+    pub protocol: Protocol,
+    /// The model an Open Inference Protocol request names.
+    pub model: &'a str,
 }
 
 impl Target {
@@ -83,30 +105,44 @@ impl Target {
             .ok_or_else(|| bad("the host has no address"))?;
         // A path given in the URL counts as the prefix of --path.
         let prefix = uri.path().trim_end_matches('/');
-        let path = format!("{prefix}{}", spec.path);
-        let headers = spec.headers.iter().map(|h| parse_header(h)).collect::<Result<Vec<_>, _>>()?;
+        let path = match spec.protocol {
+            Protocol::Predict => format!("{prefix}{}", spec.path),
+            // `--path` left at its default: the protocol's own route.
+            Protocol::Oip if spec.path == "/predict" => format!("{prefix}/v2/models/{}/infer", spec.model),
+            Protocol::Oip => format!("{prefix}{}", spec.path),
+            Protocol::Grpc => GRPC_INFER_PATH.to_owned(),
+        };
+        let mut headers = spec.headers.iter().map(|h| parse_header(h)).collect::<Result<Vec<_>, _>>()?;
+        let grpc = spec.protocol == Protocol::Grpc;
+        if grpc {
+            headers.push((http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc")));
+            headers.push((http::header::TE, HeaderValue::from_static("trailers")));
+        }
         if queries.is_empty() {
             return Err(Error::Target("the query mix is empty".to_owned()));
         }
         let batch = spec.batch.max(1);
-        let method = match spec.shape {
-            Shape::Get if batch > 1 => return Err(Error::Target("--batch needs --method post".to_owned())),
-            Shape::Get => Method::GET,
-            Shape::Post => Method::POST,
+        let method = match (spec.protocol, spec.shape) {
+            (Protocol::Oip | Protocol::Grpc, _) => Method::POST,
+            (_, Shape::Get) if batch > 1 => return Err(Error::Target("--batch needs --method post".to_owned())),
+            (_, Shape::Get) => Method::GET,
+            (_, Shape::Post) => Method::POST,
         };
         let requests = (0..queries.len())
             .map(|i| {
-                let (path_and_query, body) = match spec.shape {
-                    Shape::Get => {
+                let texts = || (0..batch).map(|k| queries[(i + k) % queries.len()].clone()).collect::<Vec<_>>();
+                let (path_and_query, body) = match (spec.protocol, spec.shape) {
+                    (Protocol::Oip, _) => (path.clone(), Bytes::from(oip_body(&texts()))),
+                    (Protocol::Grpc, _) => (path.clone(), grpc_body(spec.model, &texts())),
+                    (Protocol::Predict, Shape::Get) => {
                         let q = percent_encoding::utf8_percent_encode(&queries[i], percent_encoding::NON_ALPHANUMERIC);
                         let sep = if path.contains('?') { '&' } else { '?' };
                         (format!("{path}{sep}query={q}"), Bytes::new())
                     }
-                    Shape::Post if batch == 1 => (path.clone(), Bytes::from(json_body("query", &queries[i..=i]))),
-                    Shape::Post => {
-                        let qs: Vec<String> = (0..batch).map(|k| queries[(i + k) % queries.len()].clone()).collect();
-                        (path.clone(), Bytes::from(json_body("queries", &qs)))
+                    (Protocol::Predict, Shape::Post) if batch == 1 => {
+                        (path.clone(), Bytes::from(json_body("query", &queries[i..=i])))
                     }
+                    (Protocol::Predict, Shape::Post) => (path.clone(), Bytes::from(json_body("queries", &texts()))),
                 };
                 let h1 = encode_h1(&method, &path_and_query, authority.as_str(), &headers, &body);
                 let uri =
@@ -120,7 +156,8 @@ impl Target {
             method,
             headers,
             requests: requests.into(),
-            http: spec.http,
+            http: if grpc { Http::Http2 } else { spec.http },
+            grpc,
         })
     }
 
@@ -133,6 +170,38 @@ fn json_body(key: &str, queries: &[String]) -> Vec<u8> {
     let value =
         if key == "query" { serde_json::json!({ "query": queries[0] }) } else { serde_json::json!({ key: queries }) };
     serde_json::to_vec(&value).expect("JSON of strings")
+}
+
+/// An Open Inference Protocol REST body: one BYTES tensor `text` of shape `[N]`.
+fn oip_body(texts: &[String]) -> Vec<u8> {
+    let value = serde_json::json!({
+        "inputs": [{"name": "text", "shape": [texts.len()], "datatype": "BYTES", "data": texts}]
+    });
+    serde_json::to_vec(&value).expect("JSON of strings")
+}
+
+/// A gRPC message (the 5-byte frame header and the encoded `ModelInferRequest`).
+fn grpc_body(model: &str, texts: &[String]) -> Bytes {
+    use oip::pb::ModelInferRequest;
+    use oip::pb::model_infer_request::InferInputTensor;
+    use prost::Message as _;
+    let req = ModelInferRequest {
+        model_name: model.to_owned(),
+        inputs: vec![InferInputTensor {
+            name: "text".to_owned(),
+            datatype: "BYTES".to_owned(),
+            shape: vec![texts.len() as i64],
+            ..Default::default()
+        }],
+        raw_input_contents: vec![oip::call::encode_raw_bytes(texts.iter().map(String::as_str))],
+        ..Default::default()
+    };
+    let msg = req.encode_to_vec();
+    let mut framed = Vec::with_capacity(5 + msg.len());
+    framed.push(0);
+    framed.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&msg);
+    Bytes::from(framed)
 }
 
 fn parse_header(h: &str) -> Result<(HeaderName, HeaderValue), Error> {
@@ -188,7 +257,16 @@ mod tests {
     use super::*;
 
     fn spec<'a>(shape: Shape, batch: usize, headers: &'a [String]) -> Spec<'a> {
-        Spec { url: "http://127.0.0.1:8080", path: "/predict", shape, batch, headers, http: Http::Http1 }
+        Spec {
+            url: "http://127.0.0.1:8080",
+            path: "/predict",
+            shape,
+            batch,
+            headers,
+            http: Http::Http1,
+            protocol: Protocol::Predict,
+            model: "m",
+        }
     }
 
     #[test]
@@ -226,6 +304,23 @@ mod tests {
         let s = Spec { url: "http://localhost:9/gw/", ..spec(Shape::Get, 1, &[]) };
         let t = Target::new(&s, &qs).unwrap();
         assert!(t.request(0).h1.starts_with(b"GET /gw/predict?query=a HTTP/1.1\r\nhost: localhost:9\r\n"));
+    }
+
+    #[test]
+    fn oip_requests_over_rest_and_grpc() {
+        let qs: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let rest = Target::new(&Spec { protocol: Protocol::Oip, ..spec(Shape::Get, 2, &[]) }, &qs).unwrap();
+        assert_eq!(rest.method, Method::POST);
+        assert_eq!(rest.request(0).uri.path(), "/v2/models/m/infer");
+        let body: serde_json::Value = serde_json::from_slice(&rest.request(2).body).unwrap();
+        assert_eq!(body["inputs"][0]["data"], serde_json::json!(["c", "a"]));
+        let grpc = Target::new(&Spec { protocol: Protocol::Grpc, ..spec(Shape::Get, 2, &[]) }, &qs).unwrap();
+        assert!(grpc.grpc && grpc.http == Http::Http2, "gRPC is HTTP/2");
+        assert_eq!(grpc.request(0).uri.path(), GRPC_INFER_PATH);
+        let frame = &grpc.request(0).body;
+        assert_eq!((frame[0], u32::from_be_bytes(frame[1..5].try_into().unwrap()) as usize), (0, frame.len() - 5));
+        let req = <oip::pb::ModelInferRequest as prost::Message>::decode(&frame[5..]).unwrap();
+        assert_eq!(oip::InferCall::from_pb(req).unwrap().texts, ["a", "b"]);
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub struct Prediction {
     /// Every label's probability, when asked for with `all_scores`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scores: Option<BTreeMap<String, f32>>,
+    /// The model's raw outputs, in label order: only in the Open Inference Protocol's answers
+    /// that ask for its `logits` output (never in `/predict`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logits: Option<Vec<f32>>,
 }
 
 /// Answer to `POST /predict` with `queries`.

@@ -112,7 +112,7 @@ pub async fn calibrate(core: &Arc<Core>, plan: Plan) -> Result<Calibration, Core
             while !stop.load(Ordering::Relaxed) && Instant::now() < cap {
                 let q: Queries = smallvec::smallvec![queries[k % queries.len()].to_owned()];
                 k += plan.in_flight;
-                core.predict(q, false).await?;
+                core.predict(q, crate::core::Detail::default()).await?;
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                 if n >= plan.warmup_queries {
                     let _ = mark.set((Instant::now(), n));

@@ -15,6 +15,18 @@ pub struct Config {
     #[arg(long, env = "WORKER_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
 
+    /// Address of the Open Inference Protocol's gRPC service (`inference.GRPCInferenceService`);
+    /// off unless given (the chart leaves it off: the gateway calls workers over REST); port 0
+    /// picks a free port (printed as
+    /// `grpc listening on http://ADDR`).
+    #[arg(long, env = "WORKER_GRPC_LISTEN")]
+    pub grpc_listen: Option<SocketAddr>,
+
+    /// The model's name in the Open Inference Protocol (`/v2/models/{name}`) and in `/v1/stats`;
+    /// by default the model directory's name (`snips-minilm-l6`).
+    #[arg(long, env = "WORKER_MODEL_NAME")]
+    pub model_name: Option<String>,
+
     /// Model directory: an ONNX model file, `tokenizer.json` and a `config.json` with `id2label`.
     #[arg(long, env = "WORKER_MODEL", default_value = "models/snips-minilm-l6")]
     pub model: PathBuf,

@@ -13,6 +13,7 @@ pub mod capacity;
 pub mod class;
 pub mod config;
 pub mod core;
+pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod model;
@@ -145,7 +146,11 @@ where
     let state = AppState::new(Inner {
         core,
         worker_id: format!("{host}/{}", std::process::id()),
-        model: wire::ModelInfo { name: model.name, device: config.device.to_string(), labels: model.labels },
+        model: wire::ModelInfo {
+            name: config.model_name.clone().unwrap_or(model.name),
+            device: config.device.to_string(),
+            labels: model.labels,
+        },
         max_body_bytes: config.max_body_bytes,
         bodies: std::sync::OnceLock::new(),
         stats,
@@ -270,10 +275,36 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
         let signal = stop.await;
         tracing::info!("{signal}");
     };
-    announce(addr);
+    // The gRPC service, announced before the HTTP port (whoever waits for `listening on` finds
+    // this line already there); it stops once the HTTP side has drained.
+    let (grpc_stop, grpc_stopped) = oneshot::channel::<()>();
+    let grpc = match config.grpc_listen {
+        Some(at) => {
+            let tcp = listener::bind(at).map_err(|e| StartupError::Listen(at, e))?;
+            let bound = tcp.local_addr().map_err(|e| StartupError::Listen(at, e))?;
+            announce("grpc listening on", bound);
+            let (state, max, timeout) = (worker.state(), config.max_body_bytes, config.request_timeout);
+            Some(tokio::spawn(async move {
+                let stop = async {
+                    let _ = grpc_stopped.await;
+                };
+                if let Err(e) = grpc::serve(state, tcp, max, timeout, stop).await {
+                    tracing::error!(error = %e, "grpc listener failed");
+                }
+            }))
+        }
+        None => None,
+    };
+    announce("listening on", addr);
     tracing::info!(%addr, "ready");
     let backends = worker.state.core.take_backend_threads();
     let served = worker.serve(listener, shutdown).await;
+    let _ = grpc_stop.send(());
+    if let Some(grpc) = grpc
+        && tokio::time::timeout(MIN_ANSWER_TIME, grpc).await.is_err()
+    {
+        tracing::warn!("grpc calls still open after the drain; exiting anyway");
+    }
     // Each backend thread ends once the core's last handle is gone (`serve` dropped its own),
     // after dropping its backend: with CUDA, the session's state on the GPU. That has to happen
     // before the process exits: once the exit has begun tearing the CUDA driver down, ONNX
@@ -286,8 +317,8 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
 }
 
 /// Tells whoever started us (tests, scripts) where we listen, once bound.
-fn announce(addr: std::net::SocketAddr) {
+fn announce(what: &str, addr: std::net::SocketAddr) {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "listening on http://{addr}");
+    let _ = writeln!(out, "{what} http://{addr}");
     let _ = out.flush();
 }

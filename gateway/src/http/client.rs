@@ -1,5 +1,6 @@
-//! The client port: every predict route to the predict entry, the other routes (`/healthz`,
-//! `/readyz`; anything else is 404) through a router.
+//! The client port: every predict route (and the Open Inference Protocol's model routes) to the
+//! predict entry, the other routes (`/healthz`, `/readyz`, the protocol's `/v2` and health;
+//! anything else is 404) through a router.
 
 use std::future::Future;
 
@@ -11,7 +12,7 @@ use http::Request;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use super::predict::{self, Route};
+use super::predict::{self, Route, Target};
 use super::{AppState, healthz, method_not_allowed, not_found, readyz, serve as serving};
 
 /// The client port's routes other than the predict routes.
@@ -19,6 +20,7 @@ fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(super::oip::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -33,6 +35,10 @@ where
     match predict::route(req.uri().path()) {
         Some(Route::Default) => predict::handle(state, state.default_pool(), req).await,
         Some(Route::Pool(pool)) => predict::handle(state, &pool, req).await,
+        Some(Route::Oip { pool, path }) => {
+            let pool = pool.as_deref().unwrap_or(state.default_pool());
+            predict::handle_to(state, pool, Target::Oip(&path), req).await
+        }
         None => match router.oneshot(req.map(Body::new)).await {
             Ok(r) => r,
             Err(e) => match e {},

@@ -32,9 +32,74 @@ fn query_tokens(q: &str, max_query_tokens: u64) -> u64 {
 /// The estimated cost of a request with query string `query` (still encoded) and `body`.
 pub(crate) fn estimate(cfg: &Config, query: Option<&str>, body: &[u8]) -> Cost {
     let tokens = if body.is_empty() { from_query(cfg, query.unwrap_or("")) } else { from_body(cfg, body) };
+    finish(cfg, tokens, if body.is_empty() { 1 } else { query_count(body) })
+}
+
+/// The estimated cost of an Open Inference Protocol request: its texts (the strings of its
+/// inputs' `data`), charged as `/predict`'s queries; a body too short to be heavy by its length.
+pub(crate) fn estimate_oip(cfg: &Config, body: &[u8]) -> Cost {
+    let short = (body.len() as u64).saturating_add(2);
+    let tokens = if short <= cfg.heavy_request_tokens {
+        short.min(cfg.max_query_tokens)
+    } else {
+        match serde_json::from_slice::<OipBody>(body) {
+            Ok(b) => {
+                let mut sum = 0u64;
+                b.inputs.iter().for_each(|i| {
+                    strings(&i.data, &mut |q| sum = sum.saturating_add(query_tokens(q, cfg.max_query_tokens)))
+                });
+                sum
+            }
+            Err(_) => cfg.max_query_tokens,
+        }
+    };
+    finish(cfg, tokens, oip_query_count(body))
+}
+
+#[derive(serde::Deserialize)]
+struct OipBody {
+    #[serde(default)]
+    inputs: Vec<OipInput>,
+}
+
+#[derive(serde::Deserialize)]
+struct OipInput {
+    #[serde(default)]
+    data: serde_json::Value,
+}
+
+fn strings(v: &serde_json::Value, f: &mut impl FnMut(&str)) {
+    match v {
+        serde_json::Value::String(s) => f(s),
+        serde_json::Value::Array(items) => items.iter().for_each(|i| strings(i, f)),
+        _ => {}
+    }
+}
+
+/// A cost from its tokens and queries.
+fn finish(cfg: &Config, tokens: u64, queries: u64) -> Cost {
     let heavy = tokens > cfg.heavy_request_tokens;
     let scale = if heavy { tokens as f64 / cfg.heavy_request_tokens.max(1) as f64 } else { 1.0 };
-    Cost { tokens: tokens.max(1), heavy, scale, queries: if body.is_empty() { 1 } else { query_count(body) } }
+    Cost { tokens: tokens.max(1), heavy, scale, queries: queries.max(1) }
+}
+
+/// The texts of an OIP infer request: its first input's first dimension (`[N]` or `[N, 1]`);
+/// one when the body says none (the worker refuses it at once).
+fn oip_query_count(body: &[u8]) -> u64 {
+    #[derive(serde::Deserialize)]
+    struct Shapes {
+        #[serde(default)]
+        inputs: Vec<Shape>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Shape {
+        #[serde(default)]
+        shape: Vec<u64>,
+    }
+    serde_json::from_slice::<Shapes>(body)
+        .ok()
+        .and_then(|s| s.inputs.first().and_then(|i| i.shape.first().copied()))
+        .unwrap_or(1)
 }
 
 fn from_query(cfg: &Config, raw: &str) -> u64 {
@@ -82,6 +147,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_oip_request_counts_its_texts() {
+        let cfg = Config::for_tests();
+        let body = br#"{"inputs":[{"name":"text","datatype":"BYTES","shape":[3],"data":["a","b","c"]}]}"#;
+        assert_eq!(estimate_oip(&cfg, body).queries, 3);
+        let body = br#"{"inputs":[{"name":"text","datatype":"BYTES","shape":[2,1],"data":[["a"],["b"]]}]}"#;
+        assert_eq!(estimate_oip(&cfg, body).queries, 2);
+        assert_eq!(estimate_oip(&cfg, b"not json").queries, 1);
+    }
+
+    #[test]
     fn queries_are_counted_from_the_body() {
         assert_eq!(query_count(b""), 1);
         assert_eq!(query_count(br#"{"query":"play jazz"}"#), 1);
@@ -115,6 +190,24 @@ mod tests {
         assert!(estimate(&cfg, Some(&q), b"").tokens <= cfg.heavy_request_tokens);
         // Not a request: one query's worth.
         assert_eq!(estimate(&cfg, None, &[b'x'; 4000]).tokens, 128);
+    }
+
+    #[test]
+    fn oip_requests_cost_their_texts_as_queries_do() {
+        let cfg = Config::for_tests();
+        let oip = |texts: serde_json::Value| {
+            let body =
+                serde_json::json!({"inputs": [{"name": "text", "shape": [64], "datatype": "BYTES", "data": texts}]});
+            estimate_oip(&cfg, body.to_string().as_bytes())
+        };
+        let c = oip(serde_json::json!(["play jazz"]));
+        assert!(!c.heavy, "{c:?}");
+        // The same batch as /predict's: the same cost, nested ([N, 1]) or flat.
+        let c = oip(serde_json::json!(vec![["play jazz"]; 40]));
+        assert_eq!((c.tokens, c.heavy), (400, true));
+        let long = "supercalifragilistic ".repeat(100);
+        assert_eq!(oip(serde_json::json!(vec![long; 64])).tokens, 64 * 128);
+        assert_eq!(estimate_oip(&cfg, &[b'x'; 4000]).tokens, 128);
     }
 
     #[test]

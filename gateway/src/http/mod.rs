@@ -3,6 +3,8 @@
 //! | Route | client port (`--listen`) | admin port (`--admin-listen`) |
 //! |---|---|---|
 //! | `GET`/`POST /predict`, `/pools/{pool}/predict` | [`predict::handle`], the one entry | – |
+//! | Open Inference Protocol: `/v2/models/...`, `/pools/{pool}/v2/models/...` | the same entry, to the worker's route | – |
+//! | `GET /v2`, `/v2/health/live`, `/v2/health/ready` | yes ([`oip`]) | – |
 //! | `GET /healthz`, `GET /readyz` | yes | yes |
 //! | `GET /metrics`, `/v1/pools`, `/v1/signal`, `/pools/{pool}/signal` | – | yes |
 //! | anything else | 404 `not_found` (405 for a wrong method) | the same |
@@ -17,6 +19,7 @@ mod admin;
 mod admission;
 mod client;
 mod cost;
+mod oip;
 mod panics;
 mod predict;
 mod serve;
@@ -31,6 +34,13 @@ use prometheus_client::registry::Registry;
 
 pub(crate) use admin::serve as serve_admin;
 pub(crate) use client::serve as serve_client;
+pub(crate) use oip::pool_ready;
+pub(crate) use predict::{Target, handle_to};
+
+/// What the Open Inference Protocol's server metadata calls the gateway.
+pub(crate) fn oip_server_name() -> &'static str {
+    oip::SERVER_NAME
+}
 
 use crate::error::RequestError;
 use crate::pool::Pools;

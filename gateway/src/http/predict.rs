@@ -1,6 +1,8 @@
 //! The one way into a prediction. Every predict route of the client port (`/predict` for the
-//! default pool, `/pools/{pool}/predict`) comes to [`handle`], and only there is a request
-//! admitted, identified, buffered and forwarded. Per-request policy for predictions belongs in
+//! default pool, `/pools/{pool}/predict`) and every Open Inference Protocol model route
+//! (`/v2/models/...`, `/pools/{pool}/v2/models/...`, and the gRPC service's calls, which come
+//! here as those REST requests) comes to [`handle`], and only there is a request admitted,
+//! identified, buffered and forwarded. Per-request policy for predictions belongs in
 //! [`handle`], not in a router layer: the client port's router serves only its other routes.
 
 use axum::body::Body;
@@ -23,6 +25,9 @@ pub(super) enum Route {
     Default,
     /// `/pools/{pool}/predict` (the pool name percent-decoded, as a path parameter is).
     Pool(String),
+    /// An Open Inference Protocol model route, `/v2/models/...` (the default pool) or
+    /// `/pools/{pool}/v2/models/...`: sent to a worker as `path`, the same route of the worker's.
+    Oip { pool: Option<String>, path: String },
 }
 
 /// The predict route `path` is, if any: a string comparison for `/predict` (the hot path).
@@ -30,17 +35,47 @@ pub(super) fn route(path: &str) -> Option<Route> {
     if path == "/predict" {
         return Some(Route::Default);
     }
-    let pool = path.strip_prefix("/pools/")?.strip_suffix("/predict")?;
-    if pool.is_empty() || pool.contains('/') {
+    if path.starts_with(OIP_MODELS) {
+        return Some(Route::Oip { pool: None, path: path.to_owned() });
+    }
+    let rest = path.strip_prefix("/pools/")?;
+    let (pool, tail) = rest.split_once('/')?;
+    if pool.is_empty() {
         return None;
     }
-    Some(Route::Pool(percent_encoding::percent_decode_str(pool).decode_utf8_lossy().into_owned()))
+    let decoded = || percent_encoding::percent_decode_str(pool).decode_utf8_lossy().into_owned();
+    if tail == "predict" {
+        return Some(Route::Pool(decoded()));
+    }
+    let oip = &rest[pool.len()..];
+    oip.starts_with(OIP_MODELS).then(|| Route::Oip { pool: Some(decoded()), path: oip.to_owned() })
+}
+
+/// Where the protocol's model routes begin.
+const OIP_MODELS: &str = "/v2/models/";
+
+/// Which route of the worker a request goes to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// `/predict`, with the client's query string.
+    Predict,
+    /// An Open Inference Protocol route of the worker's, e.g. `/v2/models/m/infer`.
+    Oip(&'a str),
 }
 
 /// Serve one request to a predict route of pool `pool`: request identity, the body (under the
 /// listener's deadline and byte budget), admission, the forward to a worker with its retry
 /// budget, and the answer with the request id.
 pub(super) async fn handle<B>(state: &AppState, pool: &str, req: http::Request<B>) -> Response
+where
+    B: HttpBody<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
+{
+    handle_to(state, pool, Target::Predict, req).await
+}
+
+/// [`handle`] for a request to `target` of the worker's.
+pub(crate) async fn handle_to<B>(state: &AppState, pool: &str, target: Target<'_>, req: http::Request<B>) -> Response
 where
     B: HttpBody<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
@@ -52,7 +87,7 @@ where
         return e.into_response();
     }
     let ids = Ids::from_headers(req.headers());
-    let mut resp = match admitted(state, pool, req, &ids).await {
+    let mut resp = match admitted(state, pool, target, req, &ids).await {
         Ok(resp) => resp,
         Err(e) => {
             // Its log line ("request failed") carries the request's ids.
@@ -64,7 +99,13 @@ where
     resp
 }
 
-async fn admitted<B>(state: &AppState, pool: &str, req: http::Request<B>, ids: &Ids) -> Result<Response, RequestError>
+async fn admitted<B>(
+    state: &AppState,
+    pool: &str,
+    target: Target<'_>,
+    req: http::Request<B>,
+    ids: &Ids,
+) -> Result<Response, RequestError>
 where
     B: HttpBody<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
@@ -82,7 +123,7 @@ where
         state.admission.answered_early(&e);
         e
     };
-    let inc = incoming(state, req, &headers[..n], &span).await.map_err(early)?;
+    let inc = incoming(state, target, req, &headers[..n], &span).await.map_err(early)?;
     let found = state.pools.get(pool);
     // Demand is counted before admission: what is refused was asked for all the same.
     if let Some(p) = &found {
@@ -98,6 +139,7 @@ where
 /// Buffer the client's request (bounded), keeping what the worker needs.
 async fn incoming<'a, B>(
     state: &AppState,
+    target: Target<'_>,
     req: http::Request<B>,
     headers: &'a [(&'static str, &'a HeaderValue)],
     span: &'a (dyn Fn() -> tracing::Span + Sync),
@@ -110,9 +152,12 @@ where
     let (parts, body) = req.into_parts();
     // `/predict?...` is forwarded as it came (a cheap clone of the parsed URI's bytes); other
     // routes (`/pools/{pool}/predict`) become `/predict` with the same query.
-    let path_and_query = match parts.uri.path_and_query() {
-        Some(pq) if pq.path() == "/predict" => pq.clone(),
-        _ => {
+    let path_and_query = match (target, parts.uri.path_and_query()) {
+        (Target::Predict, Some(pq)) if pq.path() == "/predict" => pq.clone(),
+        (Target::Oip(path), _) => {
+            PathAndQuery::try_from(path).map_err(|e| RequestError::InvalidRequest(format!("bad path: {e}")))?
+        }
+        (Target::Predict, _) => {
             let pq = match parts.uri.query() {
                 Some(q) => format!("/predict?{q}"),
                 None => "/predict".to_owned(),
@@ -129,7 +174,11 @@ where
     } else {
         Limited::new(body, max_body).collect().await.map_err(|_| RequestError::TooLarge(max_body))?.to_bytes()
     };
-    let cost = super::cost::estimate(&state.pools.ctx().config, parts.uri.query(), &body);
+    let cfg = &state.pools.ctx().config;
+    let cost = match target {
+        Target::Predict => super::cost::estimate(cfg, parts.uri.query(), &body),
+        Target::Oip(_) => super::cost::estimate_oip(cfg, &body),
+    };
     Ok(Incoming {
         method: parts.method,
         path_and_query,
@@ -195,6 +244,14 @@ mod tests {
         assert_eq!(route("/pools/big/predict"), Some(Route::Pool("big".into())));
         assert_eq!(route("/pools/my%20pool/predict"), Some(Route::Pool("my pool".into())));
         for other in ["/predict/", "/pools//predict", "/pools/a/b/predict", "/pools/big/predict/", "/v1/signal", "/"] {
+            assert_eq!(route(other), None, "{other}");
+        }
+        let oip =
+            |pool: Option<&str>, path: &str| Some(Route::Oip { pool: pool.map(str::to_owned), path: path.into() });
+        assert_eq!(route("/v2/models/m/infer"), oip(None, "/v2/models/m/infer"));
+        assert_eq!(route("/pools/big/v2/models/m/versions/1/ready"), oip(Some("big"), "/v2/models/m/versions/1/ready"));
+        assert_eq!(route("/pools/my%20pool/v2/models/m"), oip(Some("my pool"), "/v2/models/m"));
+        for other in ["/v2", "/v2/health/ready", "/pools/big/v2", "/pools//v2/models/m", "/v2/modelsx"] {
             assert_eq!(route(other), None, "{other}");
         }
     }

@@ -84,6 +84,9 @@ pub struct Pool {
     backlog: AtomicU64,
     /// Queries offered to the pool since start, admitted or refused: the signal's demand.
     offered: listener::shard::Counter,
+    /// Bumped whenever a request starts waiting for a worker: wakes KEDA's `StreamIsActive`
+    /// at once (a pool at zero replicas is activated by its first request, not the next tick).
+    waiting: watch::Sender<()>,
     signal: watch::Sender<PoolSignal>,
 }
 
@@ -118,6 +121,7 @@ impl Pool {
             ready_notify: Arc::new(Notify::new()),
             backlog: AtomicU64::new(0),
             offered: listener::shard::Counter::default(),
+            waiting: watch::Sender::new(()),
             signal,
         })
     }
@@ -174,6 +178,19 @@ impl Pool {
         self.signal.subscribe()
     }
 
+    /// Changes whenever a request starts waiting for a worker (see [`Pool::backlog`]).
+    pub fn waiting(&self) -> watch::Receiver<()> {
+        self.waiting.subscribe()
+    }
+
+    /// Whether the pool has demand: requests waiting for a worker or in flight at the gateway,
+    /// or work queued at its workers as they last reported.
+    pub fn has_demand(&self) -> bool {
+        self.backlog() > 0
+            || self.endpoints.load().iter().any(|e| e.outstanding() > 0)
+            || self.signal.borrow().components.queue > 0.0
+    }
+
     pub(crate) fn publish_signal(&self, s: PoolSignal) {
         self.signal.send_replace(s);
     }
@@ -193,6 +210,7 @@ impl Pool {
         }
         self.backlog.fetch_add(1, Ordering::AcqRel);
         let _waiting = Waiting(&self.backlog);
+        self.waiting.send_replace(());
         let deadline = Instant::now() + wait;
         loop {
             let notified = self.ready_notify.notified();

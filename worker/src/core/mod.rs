@@ -48,6 +48,15 @@ pub type Queries = SmallVec<[String; 1]>;
 /// One per query, in the order of the request's queries.
 pub type PerQuery<T> = SmallVec<[T; 1]>;
 
+/// What a prediction holds beyond the most likely label and its score.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Detail {
+    /// Every label's probability (`/predict`'s `all_scores`).
+    pub all_scores: bool,
+    /// The model's raw outputs (the Open Inference Protocol's `logits` output).
+    pub logits: bool,
+}
+
 /// Per-request bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestLimits {
@@ -173,7 +182,7 @@ impl Core {
     /// [`CoreError::Overloaded`]), tokenizes, admits their tokens in their class (or refuses),
     /// queues them in their class's lane, and waits for the batches, at most the request timeout.
     /// A short request is tokenized first, and admitted in one step with its exact tokens.
-    pub async fn predict(&self, queries: Queries, all_scores: bool) -> Result<PerQuery<Prediction>, CoreError> {
+    pub async fn predict(&self, queries: Queries, detail: Detail) -> Result<PerQuery<Prediction>, CoreError> {
         if self.is_draining() {
             return Err(CoreError::Draining);
         }
@@ -207,7 +216,7 @@ impl Core {
             tokio::time::timeout_at(deadline, work).await.map_err(|_| CoreError::Timeout(timeout))??
         };
         self.stats.completed(Instant::now(), n as u64);
-        Ok(logits.into_iter().map(|row| postprocess::prediction(&self.labels, row, all_scores)).collect())
+        Ok(logits.into_iter().map(|row| postprocess::prediction(&self.labels, row, detail)).collect())
     }
 
     /// Counts `n` queries refused for want of room, and says so.

@@ -26,6 +26,9 @@ pub enum ApiError {
     BodyTooLarge { limit: usize },
     #[error("no route for {0}")]
     NotFound(String),
+    /// An Open Inference Protocol request for a model or version this worker does not serve.
+    #[error("{0}")]
+    UnknownModel(String),
     #[error("method not allowed")]
     MethodNotAllowed,
     /// Details go to the log, not to the client.
@@ -40,7 +43,7 @@ impl ApiError {
             Self::Invalid(_) => ErrorType::InvalidRequest,
             Self::Body(e) => e.error_type(),
             Self::BodyTooLarge { .. } => ErrorType::TooLarge,
-            Self::NotFound(_) => ErrorType::NotFound,
+            Self::NotFound(_) | Self::UnknownModel(_) => ErrorType::NotFound,
             Self::MethodNotAllowed => ErrorType::MethodNotAllowed,
             Self::Internal(_) => ErrorType::Internal,
         }
@@ -58,7 +61,7 @@ impl ApiError {
             Self::Invalid(_) => StatusCode::BAD_REQUEST,
             Self::Body(e) => e.status(),
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::NotFound(_) | Self::UnknownModel(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -2,6 +2,7 @@
 
 mod context;
 mod error;
+pub mod oip;
 mod ops;
 mod predict;
 
@@ -75,6 +76,7 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/v1/stats", get(ops::stats))
+        .merge(oip::routes())
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(CatchPanicLayer::custom(error::panic_response))

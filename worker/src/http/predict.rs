@@ -14,7 +14,7 @@ use wire::{PredictBatchResponse, PredictParams, PredictRequest};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::core::Queries;
+use crate::core::{Detail, Queries};
 
 /// A parsed `/predict` call.
 #[derive(Debug, PartialEq)]
@@ -41,7 +41,7 @@ pub async fn post(State(state): State<AppState>, body: Body) -> Response {
 }
 
 /// The whole body, under the listener's deadline and budget when served by it.
-async fn read_body(state: &AppState, body: Body) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(state: &AppState, body: Body) -> Result<Bytes, ApiError> {
     let limit = state.max_body_bytes;
     if let Some(bodies) = state.bodies.get() {
         return bodies.collect(body, limit).await.map_err(ApiError::Body);
@@ -145,7 +145,8 @@ async fn respond(state: AppState, call: Result<Call, ApiError>) -> Response {
 }
 
 async fn predict(state: &AppState, call: Call) -> Result<Response, ApiError> {
-    let predictions = state.core.predict(call.queries, call.all_scores).await?;
+    let detail = Detail { all_scores: call.all_scores, logits: false };
+    let predictions = state.core.predict(call.queries, detail).await?;
     if call.batch {
         return Ok(json(PredictBatchResponse { predictions: predictions.into_vec() }));
     }
@@ -284,7 +285,7 @@ mod tests {
 
     #[tokio::test]
     async fn json_answers_are_axums() {
-        let one = || wire::Prediction { intent: "PlayMusic".into(), score: 0.75, scores: None };
+        let one = || wire::Prediction { intent: "PlayMusic".into(), score: 0.75, scores: None, logits: None };
         let all = wire::Prediction { scores: Some([("A".to_owned(), 0.25), ("B\"".to_owned(), 0.75)].into()), ..one() };
         let batch = || PredictBatchResponse { predictions: vec![one(), all.clone()] };
         // Past the reused buffer's kept size (then dropped), and a small one after it.

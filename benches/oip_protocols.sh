@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The Open Inference Protocol through the gateway beside /predict (issue 30): throughput and p99
+# of one query a request, sent as `POST /predict` `{"query": ...}`, as OIP REST
+# (`POST /v2/models/M/infer`, a BYTES tensor of one text) and as OIP gRPC (`ModelInfer` on h2c,
+# GRPC_CONNS connections, default 1), by the load generator's `--protocol`. Beside each run: the
+# CPU time the gateway and the worker spent per request (from /proc/PID/stat), to tell where a
+# difference goes.
+#
+#   benches/oip_protocols.sh   # DURATION=10s REPEAT=3 CONC=32 by default
+#
+# The worker is the fake backend's (worker/examples/fake_worker.rs: the whole worker but the
+# inference), so the figures are the gateway's and the protocols' own cost, not the model's.
+# Pinning (a 2-core machine): the gateway alone on PROXY_CORE (default 1); the fake worker and
+# the load generator (one thread) share LOAD_CORE (default 0). Each round runs the three
+# protocols back to back (interleaved: a neighbour's disturbance hits all three alike).
+# Goals: OIP REST within 10 % of /predict's throughput, gRPC at least /predict's.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+DURATION=${DURATION:-10s}
+REPEAT=${REPEAT:-3}
+CONC=${CONC:-32}
+GRPC_CONNS=${GRPC_CONNS:-1}
+PROXY_CORE=${PROXY_CORE:-1}
+LOAD_CORE=${LOAD_CORE:-0}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+
+cargo build -q --release -p gateway -p loadtest -p worker --bin gateway --bin loadtest --example fake_worker
+bin=$CARGO_TARGET_DIR/release
+out=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
+
+. scripts/lib/start.sh
+start_listening "$out/worker" taskset -c "$LOAD_CORE" "$bin/examples/fake_worker" --listen 127.0.0.1:0 \
+  --model models/snips-minilm-l6 --runtime-threads 1
+worker=$started_url
+worker_pid=$started_pid
+GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway" taskset -c "$PROXY_CORE" "$bin/gateway" \
+  --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --worker "$worker" --log warn
+gateway=$started_url
+gateway_pid=$started_pid
+grpc=$(sed -n 's/^grpc listening on //p' "$out/gateway.stdout" | head -n 1)
+
+# CPU ticks (user + system) a process has used.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+run() {  # PROTOCOL ROUND
+  local proto=$1 url=$gateway args=(--method post)
+  case $proto in
+    oip) args=(--protocol oip) ;;
+    grpc) args=(--protocol grpc --h2-connections "$GRPC_CONNS"); url=$grpc ;;
+  esac
+  local g0 w0 g1 w1
+  g0=$(ticks "$gateway_pid"); w0=$(ticks "$worker_pid")
+  # No warm-up phase: the CPU counters then cover exactly the measured requests.
+  taskset -c "$LOAD_CORE" "$bin/loadtest" --url "$url" "${args[@]}" -c "$CONC" -d "$DURATION" --warmup 0s \
+    --threads 1 --progress never --summary "$out/$proto-$2.json" >/dev/null
+  g1=$(ticks "$gateway_pid"); w1=$(ticks "$worker_pid")
+  python3 - "$out/$proto-$2.json" "$proto" "$2" "$((g1 - g0))" "$((w1 - w0))" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["total"]
+n, hz = max(s["requests"], 1), int(sys.argv[6])
+gw, wk = (int(t) / hz / n * 1e6 for t in sys.argv[4:6])
+bad = s["requests"] - s["ok"]
+print(f"| {sys.argv[3]} | {sys.argv[2]} | {s['throughput_per_s']:.0f} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} |")
+PY
+}
+
+echo "gateway on core $PROXY_CORE; fake worker and loadtest on core $LOAD_CORE; -c $CONC, $DURATION a run"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+# One unmeasured run of each first: connections, pools and caches warm.
+for proto in predict oip grpc; do DURATION=2s run "$proto" 0 >/dev/null; done
+echo "| round | protocol | req/s | p50 ms | p99 ms | failed | gateway CPU us/req | worker CPU us/req |"
+echo "|---|---|---|---|---|---|---|---|"
+for round in $(seq 1 "$REPEAT"); do
+  for proto in predict oip grpc; do
+    run "$proto" "$round"
+  done
+done

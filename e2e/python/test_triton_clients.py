@@ -1,0 +1,109 @@
+"""Triton's own Python clients (tritonclient, HTTP and gRPC) against the worker and the gateway:
+health, metadata, an inference on a batch, the logits when named, and an error."""
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import MODEL, sanity, wait_until
+
+CLIENTS = {"http": (httpclient, ""), "grpc": (grpcclient, "grpc")}
+
+
+@pytest.fixture(params=["worker", "gateway"])
+def server(request):
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=["http", "grpc"])
+def client(request, server):
+    module, port = CLIENTS[request.param]
+    c = module.InferenceServerClient(url=server.hostport(port))
+    wait_until("the server is ready", lambda: c.is_server_ready())
+    return request.param, module, c
+
+
+def batch():
+    qs = sanity()["queries"]
+    return [q["text"] for q in qs], [q["intent"] for q in qs]
+
+
+def inputs(module, texts, shape):
+    i = module.InferInput("text", shape, "BYTES")
+    data = np.array([t.encode() for t in texts], dtype=np.object_).reshape(shape)
+    if module is httpclient:
+        i.set_data_from_numpy(data, binary_data=False)
+    else:
+        i.set_data_from_numpy(data)
+    return [i]
+
+
+def output(module, name):
+    if module is httpclient:
+        return module.InferRequestedOutput(name, binary_data=False)
+    return module.InferRequestedOutput(name)
+
+
+def test_health_and_metadata(client):
+    kind, _, c = client
+    assert c.is_server_live()
+    assert c.is_model_ready(MODEL)
+    assert not c.is_model_ready(MODEL, model_version="7")
+    meta = c.get_model_metadata(MODEL)
+    if kind == "grpc":
+        assert meta.name == MODEL and list(meta.versions) == ["1"]
+        assert [(t.name, t.datatype) for t in meta.inputs] == [("text", "BYTES")]
+        assert [t.name for t in meta.outputs] == ["label", "score", "logits"]
+    else:
+        assert meta["name"] == MODEL and meta["versions"] == ["1"]
+        assert meta["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+        assert [t["name"] for t in meta["outputs"]] == ["label", "score", "logits"]
+    server_meta = c.get_server_metadata()
+    name = server_meta.name if kind == "grpc" else server_meta["name"]
+    assert name in ("inference-worker", "inference-gateway")
+
+
+@pytest.mark.parametrize("column", [False, True])
+def test_infer_on_a_batch(client, column):
+    _, module, c = client
+    texts, intents = batch()
+    shape = [len(texts), 1] if column else [len(texts)]
+    outs = [output(module, n) for n in ("label", "score", "logits")]
+    r = c.infer(MODEL, inputs(module, texts, shape), outputs=outs, request_id="batch-1")
+    labels = r.as_numpy("label")
+    assert list(labels.shape) == shape
+    assert [x.decode() if isinstance(x, bytes) else x for x in labels.reshape(-1)] == intents
+    scores = r.as_numpy("score")
+    assert scores.dtype == np.float32 and list(scores.shape) == shape
+    assert ((scores > 0.5) & (scores <= 1.0)).all()
+    logits = r.as_numpy("logits")
+    assert logits.shape == (len(texts), len(sanity()["labels"]))
+    # The score is the softmax of the logits at the label's index.
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    assert np.allclose((e / e.sum(axis=1, keepdims=True)).max(axis=1), scores.reshape(-1), atol=1e-5)
+    response = r.get_response()
+    assert (response["id"] if module is httpclient else response.id) == "batch-1"
+
+
+def test_default_outputs_leave_the_logits_out(client):
+    _, module, c = client
+    r = c.infer(MODEL, inputs(module, ["play some jazz"], [1]))
+    assert r.as_numpy("label") is not None and r.as_numpy("score") is not None
+    assert r.as_numpy("logits") is None
+
+
+def test_errors(client):
+    kind, module, c = client
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("no-such-model", inputs(module, ["hi"], [1]))
+    assert "unknown model" in e.value.message()
+    if kind == "grpc":
+        assert e.value.status() == "StatusCode.NOT_FOUND"
+    else:
+        assert e.value.status() == "404"
+    with pytest.raises(InferenceServerException) as e:
+        c.infer(MODEL, inputs(module, ["hi"], [1]), outputs=[output(module, "probabilities")])
+    assert "unknown output" in e.value.message()
+    assert e.value.status() in ("StatusCode.INVALID_ARGUMENT", "400")

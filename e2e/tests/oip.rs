@@ -1,0 +1,115 @@
+//! The Open Inference Protocol through the real gateway in front of a real worker, REST and
+//! gRPC: the worker's answers pass through, gRPC calls go through the same admission (overload
+//! is RESOURCE_EXHAUSTED with retry info), errors keep their kind. Triton's own Python clients
+//! and KEDA's generated one run against the same binaries in `e2e/python`.
+
+use std::time::Duration;
+
+use oip::pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+use oip::pb::model_infer_request::InferInputTensor;
+use oip::pb::{ModelInferRequest, ModelMetadataRequest, ModelReadyRequest, ServerReadyRequest};
+use serde_json::{Value, json};
+use testkit::Server;
+use tokio::process::Command;
+use tonic_types::StatusExt;
+
+const MODEL: &str = "snips-minilm-l6";
+
+async fn start_worker() -> Server {
+    let mut cmd = Command::new(testkit::bin("worker"));
+    cmd.arg("--listen").arg("127.0.0.1:0").arg("--model").arg(testkit::model_dir());
+    cmd.arg("--ort-lib").arg(testkit::ort_lib()).args(["--threads", "1"]).env("RUST_LOG", "warn");
+    Server::start(cmd).await
+}
+
+/// A gateway in front of `worker` with `extra` flags, and its gRPC address.
+async fn start_gateway(worker: &Server, extra: &[&str]) -> (Server, String) {
+    let mut cmd = Command::new(testkit::bin("gateway"));
+    cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"]);
+    cmd.args(["--stats-interval", "100ms", "--probe-backoff", "100ms"]).arg("--worker").arg(&worker.url);
+    cmd.args(extra).env("RUST_LOG", "warn");
+    let gw = Server::start(cmd).await;
+    let grpc = gw.announced("grpc", Duration::from_secs(2)).await.expect("the gateway announces its gRPC port");
+    (gw, grpc)
+}
+
+fn infer_request(model: &str, texts: &[String]) -> ModelInferRequest {
+    ModelInferRequest {
+        model_name: model.into(),
+        id: "e2e".into(),
+        inputs: vec![InferInputTensor {
+            name: "text".into(),
+            datatype: "BYTES".into(),
+            shape: vec![texts.len() as i64],
+            parameters: Default::default(),
+            contents: None,
+        }],
+        raw_input_contents: vec![oip::call::encode_raw_bytes(texts.iter().map(String::as_str))],
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn rest_and_grpc_through_the_gateway() {
+    let worker = start_worker().await;
+    let (gw, grpc) = start_gateway(&worker, &[]).await;
+    let c = testkit::http::client();
+    let (texts, intents): (Vec<String>, Vec<String>) =
+        testkit::sanity().queries.iter().map(|q| (q.text.clone(), q.intent.clone())).unzip();
+    testkit::wait_until(Duration::from_secs(30), "the gateway is ready", || async {
+        c.get(gw.at("/v2/health/ready")).send().await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+
+    // REST: the gateway's own server routes, the worker's model routes through it.
+    let meta: Value = c.get(gw.at("/v2")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(meta["name"], "inference-gateway");
+    let r = c.get(gw.at(&format!("/v2/models/{MODEL}"))).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body =
+        json!({"id": "r", "inputs": [{"name": "text", "shape": [texts.len()], "datatype": "BYTES", "data": texts}]});
+    for path in [format!("/v2/models/{MODEL}/infer"), format!("/pools/default/v2/models/{MODEL}/infer")] {
+        let r = c.post(gw.at(&path)).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(r.headers().contains_key("x-request-id"));
+        let a: Value = r.json().await.unwrap();
+        assert_eq!((&a["id"], &a["outputs"][0]["data"]), (&json!("r"), &json!(intents)), "{path}");
+    }
+    let r = c.post(gw.at("/v2/models/nope/infer")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error_type"], "not_found", "{e}");
+    let r = c.post(gw.at("/pools/ghost/v2/models/m/infer")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 404, "an unknown pool");
+
+    // gRPC: health, metadata and inference through the same entry.
+    let mut g = GrpcInferenceServiceClient::connect(grpc.clone()).await.unwrap();
+    assert!(g.server_ready(ServerReadyRequest {}).await.unwrap().into_inner().ready);
+    let ready = g.model_ready(ModelReadyRequest { name: MODEL.into(), version: "1".into() }).await.unwrap();
+    assert!(ready.into_inner().ready);
+    let m = g.model_metadata(ModelMetadataRequest { name: MODEL.into(), version: String::new() }).await.unwrap();
+    assert_eq!(m.into_inner().inputs[0].name, "text");
+    let a = g.model_infer(infer_request(MODEL, &texts)).await.unwrap().into_inner();
+    assert_eq!((a.id.as_str(), a.outputs.len()), ("e2e", 2));
+    assert_eq!(oip::call::decode_raw_bytes(&a.raw_output_contents[0]).unwrap(), intents);
+    let e = g.model_infer(infer_request("nope", &texts)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    let e = g.model_metadata(ModelMetadataRequest { name: "nope".into(), version: String::new() }).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    // A client's deadline too short for any answer.
+    let mut req = tonic::Request::new(infer_request(MODEL, &texts));
+    req.set_timeout(Duration::from_micros(1));
+    let e = g.model_infer(req).await.unwrap_err();
+    assert!(matches!(e.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled), "{e}");
+}
+
+#[tokio::test]
+async fn grpc_overload_is_resource_exhausted_with_retry_info() {
+    let worker = start_worker().await;
+    let (_gw, grpc) = start_gateway(&worker, &["--max-outstanding", "0", "--retry-after-s", "3"]).await;
+    let mut g = GrpcInferenceServiceClient::connect(grpc).await.unwrap();
+    let e = g.model_infer(infer_request(MODEL, &["play jazz".to_owned()])).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+    assert_eq!(e.get_details_retry_info().and_then(|r| r.retry_delay), Some(Duration::from_secs(3)));
+    assert_eq!(e.metadata().get("retry-after").unwrap(), "3");
+}

@@ -1,0 +1,218 @@
+//! `inference.GRPCInferenceService` on the gateway. Each model call becomes the REST request of
+//! the same meaning (`/v2/models/{model}[/versions/{v}]/...`) and goes through the client port's
+//! one predict entry (`predict::handle_to`): the same request ids, admission in requests and
+//! tokens, p2c, retries, deadline and metrics as `/predict`; the worker's answer is translated
+//! back. The pool is the `pool` metadata entry's, else the default pool. A client's deadline
+//! (`grpc-timeout`) bounds the call: past it, DEADLINE_EXCEEDED and the request is dropped
+//! (its admission freed, its attempt on the worker cancelled).
+
+use std::time::Duration;
+
+use axum::response::Response as HttpResponse;
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use oip::InferCall;
+use oip::pb::grpc_inference_service_server::GrpcInferenceService;
+use oip::pb::{
+    ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
+    ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
+    ServerReadyRequest, ServerReadyResponse,
+};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+use wire::{ErrorBody, ErrorType};
+
+use crate::http::{AppState, Target, handle_to, oip_server_name, pool_ready};
+
+/// Characters escaped in a model name or version put into a path.
+const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'?').add(b'#').add(b'%').add(b'"').add(b'<').add(b'>');
+
+/// The service: the client port's state.
+#[derive(Clone)]
+pub(crate) struct Service(pub(crate) AppState);
+
+impl Service {
+    fn pool<'a>(&'a self, md: &'a MetadataMap) -> &'a str {
+        md.get("pool").and_then(|v| v.to_str().ok()).unwrap_or(&self.0.pools.ctx().config.default_pool)
+    }
+
+    /// Sends `method path` (with `body`) through the predict entry, within the client's deadline.
+    async fn call(&self, md: &MetadataMap, method: Method, path: String, body: Bytes) -> Result<HttpResponse, Status> {
+        let mut req = http::Request::builder().method(method).uri(path.as_str());
+        for name in ["x-request-id", "traceparent"] {
+            if let Some(v) = md.get(name).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()) {
+                req = req.header(name, v);
+            }
+        }
+        let req = req
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .map_err(|e| Status::invalid_argument(format!("bad model name or version: {e}")))?;
+        let answer = handle_to(&self.0, self.pool(md), Target::Oip(&path), req);
+        match deadline(md) {
+            Some(d) => tokio::time::timeout(d, answer)
+                .await
+                .map_err(|_| Status::deadline_exceeded("the client's deadline passed before the answer")),
+            None => Ok(answer.await),
+        }
+    }
+}
+
+/// `/v2/models/{name}[/versions/{version}]{tail}`.
+fn model_path(name: &str, version: &str, tail: &str) -> String {
+    let name = utf8_percent_encode(name, SEGMENT);
+    if version.is_empty() {
+        format!("/v2/models/{name}{tail}")
+    } else {
+        format!("/v2/models/{name}/versions/{}{tail}", utf8_percent_encode(version, SEGMENT))
+    }
+}
+
+/// The client's deadline, from `grpc-timeout` (an integer of at most 8 digits and a unit:
+/// `H`, `M`, `S`, `m`, `u`, `n`).
+pub(crate) fn deadline(md: &MetadataMap) -> Option<Duration> {
+    let v = md.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok().filter(|_| digits.len() <= 8)?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// The answer's body once it is a success, else its error as a status (the error body's kind
+/// and message, `Retry-After` as retry info).
+async fn success(resp: HttpResponse) -> Result<Bytes, Status> {
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.map_err(|_| Status::unavailable("the answer was cut short"))?.to_bytes();
+    if parts.status.is_success() {
+        return Ok(body);
+    }
+    let retry =
+        parts.headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse().ok()).map(Duration::from_secs);
+    let e = serde_json::from_slice::<ErrorBody>(&body).unwrap_or_else(|_| ErrorBody {
+        error: format!("the worker answered {}", parts.status),
+        error_type: kind_of(parts.status),
+    });
+    Err(oip::status::status(e.error_type, e.error, retry))
+}
+
+fn kind_of(status: StatusCode) -> ErrorType {
+    match status {
+        StatusCode::NOT_FOUND => ErrorType::NotFound,
+        StatusCode::TOO_MANY_REQUESTS => ErrorType::Overloaded,
+        StatusCode::SERVICE_UNAVAILABLE => ErrorType::Unavailable,
+        StatusCode::GATEWAY_TIMEOUT => ErrorType::Timeout,
+        s if s.is_client_error() => ErrorType::InvalidRequest,
+        _ => ErrorType::Upstream,
+    }
+}
+
+fn json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Status> {
+    serde_json::from_slice(body).map_err(|e| {
+        tracing::warn!(error = %e, "a worker's Open Inference Protocol answer did not parse");
+        Status::unavailable("the worker's answer did not parse")
+    })
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for Service {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
+        Ok(Response::new(ServerLiveResponse { live: true }))
+    }
+
+    async fn server_ready(&self, req: Request<ServerReadyRequest>) -> Result<Response<ServerReadyResponse>, Status> {
+        Ok(Response::new(ServerReadyResponse { ready: pool_ready(&self.0, self.pool(req.metadata())) }))
+    }
+
+    async fn model_ready(&self, req: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
+        let (md, _, r) = req.into_parts();
+        let path = model_path(&r.name, &r.version, "/ready");
+        // Not ready for any refusal: a model or version not served, no worker, overload.
+        let ready = success(self.call(&md, Method::GET, path, Bytes::new()).await?).await.is_ok();
+        Ok(Response::new(ModelReadyResponse { ready }))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Result<Response<ServerMetadataResponse>, Status> {
+        Ok(Response::new(oip::meta::server_pb(oip_server_name())))
+    }
+
+    async fn model_metadata(
+        &self,
+        req: Request<ModelMetadataRequest>,
+    ) -> Result<Response<ModelMetadataResponse>, Status> {
+        let (md, _, r) = req.into_parts();
+        let body =
+            success(self.call(&md, Method::GET, model_path(&r.name, &r.version, ""), Bytes::new()).await?).await?;
+        Ok(Response::new(oip::meta::from_rest(json(&body)?)))
+    }
+
+    async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+        let (md, _, r) = req.into_parts();
+        let path = model_path(&r.model_name, &r.model_version, "/infer");
+        let call = InferCall::from_pb(r)?;
+        let body = serde_json::to_vec(&call.to_rest()).map_err(|e| Status::internal(e.to_string()))?;
+        let answer = success(self.call(&md, Method::POST, path, body.into()).await?).await?;
+        Ok(Response::new(oip::answer::pb_from_rest(json(&answer)?)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_as_the_spec_writes_them() {
+        let md = |v: &str| {
+            let mut m = MetadataMap::new();
+            m.insert("grpc-timeout", v.parse().unwrap());
+            m
+        };
+        assert_eq!(deadline(&md("250m")), Some(Duration::from_millis(250)));
+        assert_eq!(deadline(&md("2S")), Some(Duration::from_secs(2)));
+        assert_eq!(deadline(&md("1H")), Some(Duration::from_secs(3600)));
+        assert_eq!(deadline(&md("99999999n")), Some(Duration::from_nanos(99_999_999)));
+        for bad in ["", "m", "123456789m", "5x", "-1S"] {
+            assert_eq!(deadline(&md(bad)), None, "{bad}");
+        }
+        assert_eq!(deadline(&MetadataMap::new()), None);
+    }
+
+    #[test]
+    fn model_paths_escape_names() {
+        assert_eq!(model_path("m", "", "/infer"), "/v2/models/m/infer");
+        assert_eq!(model_path("a b/c", "1", "/ready"), "/v2/models/a%20b%2Fc/versions/1/ready");
+    }
+
+    #[tokio::test]
+    async fn worker_errors_become_statuses_with_retry_info() {
+        use tonic_types::StatusExt;
+        let resp = |status: u16, body: &str, retry: Option<&str>| {
+            let mut r = HttpResponse::new(axum::body::Body::from(body.to_owned()));
+            *r.status_mut() = StatusCode::from_u16(status).unwrap();
+            if let Some(v) = retry {
+                r.headers_mut().insert(header::RETRY_AFTER, v.parse().unwrap());
+            }
+            r
+        };
+        let s = success(resp(429, r#"{"error":"busy","error_type":"overloaded"}"#, Some("1"))).await.unwrap_err();
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(s.get_details_retry_info().unwrap().retry_delay, Some(Duration::from_secs(1)));
+        let s =
+            success(resp(404, r#"{"error":"unknown model \"x\"","error_type":"not_found"}"#, None)).await.unwrap_err();
+        assert_eq!((s.code(), s.message()), (tonic::Code::NotFound, "unknown model \"x\""));
+        let s = success(resp(502, "<html>", None)).await.unwrap_err();
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert_eq!(success(resp(200, "{}", None)).await.unwrap(), "{}");
+    }
+}

@@ -1,0 +1,174 @@
+//! KEDA's external scaler (`externalscaler.ExternalScaler`, `proto/externalscaler.proto`) on the
+//! gateway's gRPC listener, for `external` and `external-push` triggers. A trigger names its pool
+//! in `scalerMetadata.pool` (default: the gateway's default pool).
+//!
+//! - `GetMetricSpec`: one metric, `gateway_pool_signal`, target 1 (the signal is in replicas).
+//! - `GetMetrics`: the pool's signal (`metricValueFloat`; `metricValue` rounded up).
+//! - `IsActive`: the pool has demand ([`Pool::has_demand`]: requests waiting or in flight at
+//!   the gateway, or work its workers report queued).
+//! - `StreamIsActive`: the current answer at once, then each change, checked whenever the
+//!   signal is published and at once when a request starts waiting for a worker (the pool's
+//!   `waiting` watch): a pool at zero is activated by its first request, not by a poll.
+//! - `StreamMetricSpec`: the spec at once (it never changes), then the stream stays open.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt, stream};
+use tonic::{Request, Response, Status};
+
+use crate::pool::{Pool, Pools};
+
+/// The code generated from KEDA's protocol.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub(crate) mod pb {
+    tonic::include_proto!("externalscaler");
+}
+
+use pb::external_scaler_server::ExternalScaler;
+use pb::{
+    GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec, MetricValue,
+    ScaledObjectRef,
+};
+
+/// The signal's metric name (as the external metrics API serves it).
+pub(crate) const METRIC: &str = "gateway_pool_signal";
+
+type Streamed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// The scaler: every pool.
+#[derive(Clone)]
+pub(crate) struct Scaler {
+    pub(crate) pools: Arc<Pools>,
+}
+
+impl Scaler {
+    fn pool(&self, r: &ScaledObjectRef) -> Result<Arc<Pool>, Status> {
+        let default = &self.pools.ctx().config.default_pool;
+        let name = r.scaler_metadata.get("pool").filter(|p| !p.is_empty()).unwrap_or(default);
+        self.pools.get(name).ok_or_else(|| Status::not_found(format!("no pool named {name:?}")))
+    }
+}
+
+fn spec() -> GetMetricSpecResponse {
+    GetMetricSpecResponse {
+        metric_specs: vec![MetricSpec { metric_name: METRIC.to_owned(), target_size: 1, target_size_float: 1.0 }],
+    }
+}
+
+/// The pool's activity: the current answer at once, then each change.
+fn activity(pool: Arc<Pool>) -> impl Stream<Item = bool> + Send {
+    let (signal, waiting) = (pool.signal(), pool.waiting());
+    stream::unfold((pool, signal, waiting, None::<bool>), |(pool, mut signal, mut waiting, last)| async move {
+        loop {
+            let now = pool.has_demand();
+            if last != Some(now) {
+                return Some((now, (pool, signal, waiting, Some(now))));
+            }
+            tokio::select! {
+                r = signal.changed() => r.ok()?,
+                r = waiting.changed() => r.ok()?,
+            }
+        }
+    })
+}
+
+#[tonic::async_trait]
+impl ExternalScaler for Scaler {
+    async fn is_active(&self, req: Request<ScaledObjectRef>) -> Result<Response<IsActiveResponse>, Status> {
+        let pool = self.pool(req.get_ref())?;
+        Ok(Response::new(IsActiveResponse { result: pool.has_demand() }))
+    }
+
+    type StreamIsActiveStream = Streamed<IsActiveResponse>;
+
+    async fn stream_is_active(
+        &self,
+        req: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
+        let pool = self.pool(req.get_ref())?;
+        let s = activity(pool).map(|result| Ok(IsActiveResponse { result }));
+        Ok(Response::new(Box::pin(s)))
+    }
+
+    async fn get_metric_spec(&self, req: Request<ScaledObjectRef>) -> Result<Response<GetMetricSpecResponse>, Status> {
+        self.pool(req.get_ref())?;
+        Ok(Response::new(spec()))
+    }
+
+    async fn get_metrics(&self, req: Request<GetMetricsRequest>) -> Result<Response<GetMetricsResponse>, Status> {
+        let r = req.into_inner();
+        let pool = self.pool(&r.scaled_object_ref.unwrap_or_default())?;
+        let signal = pool.signal().borrow().signal;
+        Ok(Response::new(GetMetricsResponse {
+            metric_values: vec![MetricValue {
+                metric_name: METRIC.to_owned(),
+                metric_value: signal.ceil() as i64,
+                metric_value_float: signal,
+            }],
+        }))
+    }
+
+    type StreamMetricSpecStream = Streamed<GetMetricSpecResponse>;
+
+    async fn stream_metric_spec(
+        &self,
+        req: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
+        self.pool(req.get_ref())?;
+        Ok(Response::new(Box::pin(stream::once(async { Ok(spec()) }).chain(stream::pending()))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ctx::Ctx;
+
+    fn scaler() -> (Scaler, Arc<Pool>) {
+        let pools = Pools::new(Arc::new(Ctx::for_tests(|_| {})), Default::default());
+        let pool = pools.ensure("default");
+        pools.ensure("big");
+        (Scaler { pools }, pool)
+    }
+
+    fn by(pool: &str) -> ScaledObjectRef {
+        let scaler_metadata = [("pool".to_owned(), pool.to_owned())].into();
+        ScaledObjectRef { name: "so".into(), namespace: "ns".into(), scaler_metadata }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_request_activates_the_stream_at_once() {
+        let (s, pool) = scaler();
+        let mut active = s.stream_is_active(Request::new(ScaledObjectRef::default())).await.unwrap().into_inner();
+        assert!(!active.next().await.unwrap().unwrap().result, "idle: the current value at once");
+        // A request waits for a worker (the pool has none): the next message comes before any
+        // signal tick or poll.
+        let waiter = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.wait_for_worker(Duration::from_secs(60), |_| None).await.is_none() })
+        };
+        let next = tokio::time::timeout(Duration::from_millis(1), active.next()).await;
+        assert!(next.expect("no poll interval waited").unwrap().unwrap().result);
+        assert!(s.is_active(Request::new(by("default"))).await.unwrap().into_inner().result);
+        assert!(!s.is_active(Request::new(by("big"))).await.unwrap().into_inner().result, "pools are apart");
+        waiter.abort();
+    }
+
+    #[tokio::test]
+    async fn metrics_and_specs_name_the_signal() {
+        let (s, pool) = scaler();
+        pool.publish_signal(crate::PoolSignal { signal: 2.5, ..Default::default() });
+        let req = GetMetricsRequest { scaled_object_ref: Some(by("default")), metric_name: METRIC.into() };
+        let v = s.get_metrics(Request::new(req)).await.unwrap().into_inner().metric_values;
+        assert_eq!((v[0].metric_name.as_str(), v[0].metric_value_float, v[0].metric_value), (METRIC, 2.5, 3));
+        let spec = s.get_metric_spec(Request::new(by("big"))).await.unwrap().into_inner();
+        assert_eq!(spec.metric_specs[0].target_size_float, 1.0);
+        let mut streamed = s.stream_metric_spec(Request::new(by("big"))).await.unwrap().into_inner();
+        assert_eq!(streamed.next().await.unwrap().unwrap(), spec);
+        let e = s.get_metric_spec(Request::new(by("ghost"))).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound);
+    }
+}

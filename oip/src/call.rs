@@ -1,0 +1,291 @@
+//! An inference request of either flavour, checked and reduced to what the model needs: the
+//! texts, the shape to answer in, and the outputs asked for ([`InferCall`]). Each refusal is an
+//! `invalid_request` [`OipError`] saying what was wrong.
+
+use serde_json::Value;
+
+use crate::pb::{ModelInferRequest, model_infer_request::InferInputTensor};
+use crate::rest::{InferRequest, InputTensor, RequestedOutput};
+use crate::{INPUT, OipError};
+
+/// An output tensor of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Label,
+    Score,
+    Logits,
+}
+
+impl Output {
+    pub const ALL: [Output; 3] = [Output::Label, Output::Score, Output::Logits];
+    /// What an inference answers when it names no output (the logits only when named).
+    pub const DEFAULT: [Output; 2] = [Output::Label, Output::Score];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Label => "label",
+            Self::Score => "score",
+            Self::Logits => "logits",
+        }
+    }
+
+    pub fn datatype(self) -> &'static str {
+        match self {
+            Self::Label => "BYTES",
+            Self::Score | Self::Logits => "FP32",
+        }
+    }
+
+    fn parse(name: &str) -> Result<Self, OipError> {
+        Self::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
+            OipError::invalid(format!("unknown output {name:?}: the model's outputs are label, score and logits"))
+        })
+    }
+}
+
+/// A checked inference request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferCall {
+    /// Echoed in the answer.
+    pub id: Option<String>,
+    /// The queries, in order.
+    pub texts: Vec<String>,
+    /// The input was `[N, 1]`: `label` and `score` are answered `[N, 1]` too.
+    pub column: bool,
+    /// The outputs to answer, in the order asked for.
+    pub outputs: Vec<Output>,
+}
+
+impl InferCall {
+    pub fn wants(&self, o: Output) -> bool {
+        self.outputs.contains(&o)
+    }
+
+    /// The input tensor's shape.
+    pub fn shape(&self) -> Vec<i64> {
+        let n = self.texts.len() as i64;
+        if self.column { vec![n, 1] } else { vec![n] }
+    }
+
+    /// A REST body (JSON) of a `POST .../infer`.
+    pub fn from_json(body: &[u8]) -> Result<Self, OipError> {
+        let req: InferRequest =
+            serde_json::from_slice(body).map_err(|e| OipError::invalid(format!("not an inference request: {e}")))?;
+        Self::from_rest(req)
+    }
+
+    pub fn from_rest(req: InferRequest) -> Result<Self, OipError> {
+        let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_str()))?;
+        let mut inputs = req.inputs;
+        one_input(&inputs, |i| i.name.as_str())?;
+        let input = inputs.pop().expect("one input");
+        check_tensor(&input.datatype, &input.shape)?;
+        let mut texts = Vec::new();
+        flatten(input.data, &mut texts)?;
+        let column = check_count(&input.shape, texts.len())?;
+        Ok(Self { id: req.id.filter(|id| !id.is_empty()), texts, column, outputs })
+    }
+
+    pub fn from_pb(req: ModelInferRequest) -> Result<Self, OipError> {
+        let input = one_input(&req.inputs, |i: &InferInputTensor| i.name.as_str())?;
+        check_tensor(&input.datatype, &input.shape)?;
+        let texts = match (req.raw_input_contents.first(), &input.contents) {
+            (Some(raw), _) => decode_raw_bytes(raw)?,
+            (None, Some(c)) => c.bytes_contents.iter().map(|b| utf8(b.clone())).collect::<Result<_, _>>()?,
+            (None, None) => return Err(OipError::invalid("input \"text\" has no contents")),
+        };
+        let column = check_count(&input.shape, texts.len())?;
+        let outputs = outputs(req.outputs.iter().map(|o| o.name.as_str()))?;
+        Ok(Self { id: Some(req.id).filter(|id| !id.is_empty()), texts, column, outputs })
+    }
+
+    /// The same request as a REST body (the gateway forwards gRPC inferences to a worker's REST
+    /// route): every output named, so the worker answers exactly those.
+    pub fn to_rest(&self) -> InferRequest {
+        InferRequest {
+            id: self.id.clone(),
+            parameters: None,
+            inputs: vec![InputTensor {
+                name: INPUT.to_owned(),
+                shape: self.shape(),
+                datatype: "BYTES".to_owned(),
+                parameters: None,
+                data: Value::Array(self.texts.iter().cloned().map(Value::String).collect()),
+            }],
+            outputs: Some(
+                self.outputs.iter().map(|o| RequestedOutput { name: o.name().to_owned(), parameters: None }).collect(),
+            ),
+        }
+    }
+}
+
+fn one_input<T>(inputs: &[T], name: impl Fn(&T) -> &str) -> Result<&T, OipError> {
+    match inputs {
+        [one] if name(one) == INPUT => Ok(one),
+        [one] => Err(OipError::invalid(format!("unknown input {:?}: the model's input is \"text\"", name(one)))),
+        _ => Err(OipError::invalid(format!("expected one input, \"text\"; got {}", inputs.len()))),
+    }
+}
+
+fn check_tensor(datatype: &str, shape: &[i64]) -> Result<(), OipError> {
+    if datatype != "BYTES" {
+        return Err(OipError::invalid(format!("input \"text\" is BYTES, not {datatype}")));
+    }
+    match shape {
+        [n] | [n, 1] if *n >= 0 => Ok(()),
+        _ => Err(OipError::invalid(format!("input \"text\" has shape [N] or [N, 1], not {shape:?}"))),
+    }
+}
+
+/// Whether the shape is `[N, 1]`, once the element count matches it.
+fn check_count(shape: &[i64], count: usize) -> Result<bool, OipError> {
+    if shape[0] as usize != count {
+        return Err(OipError::invalid(format!("input \"text\" has shape {shape:?} but {count} elements")));
+    }
+    if count == 0 {
+        return Err(OipError::invalid("input \"text\" is empty"));
+    }
+    Ok(shape.len() == 2)
+}
+
+fn outputs<'a>(names: impl Iterator<Item = &'a str>) -> Result<Vec<Output>, OipError> {
+    let mut out = Vec::new();
+    for name in names {
+        let o = Output::parse(name)?;
+        if !out.contains(&o) {
+            out.push(o);
+        }
+    }
+    if out.is_empty() {
+        out.extend(Output::DEFAULT);
+    }
+    Ok(out)
+}
+
+/// A JSON tensor's strings, row-major (flat or nested arrays), moved out.
+fn flatten(v: Value, out: &mut Vec<String>) -> Result<(), OipError> {
+    match v {
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.into_iter().try_for_each(|i| flatten(i, out))?,
+        other => return Err(OipError::invalid(format!("input \"text\" holds strings, not {other}"))),
+    }
+    Ok(())
+}
+
+fn utf8(b: Vec<u8>) -> Result<String, OipError> {
+    String::from_utf8(b).map_err(|_| OipError::invalid("input \"text\" is not valid UTF-8"))
+}
+
+/// A BYTES tensor's raw contents: each element a 4-byte little-endian length and its bytes.
+pub fn decode_raw_bytes(mut raw: &[u8]) -> Result<Vec<String>, OipError> {
+    let mut out = Vec::new();
+    while !raw.is_empty() {
+        let Some((len, rest)) = raw.split_first_chunk::<4>() else {
+            return Err(OipError::invalid("raw BYTES contents: a length cut short"));
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if rest.len() < len {
+            return Err(OipError::invalid("raw BYTES contents: an element cut short"));
+        }
+        out.push(utf8(rest[..len].to_vec())?);
+        raw = &rest[len..];
+    }
+    Ok(out)
+}
+
+/// Encodes strings as a BYTES tensor's raw contents.
+pub fn encode_raw_bytes<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for s in items {
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::InferTensorContents;
+    use crate::pb::model_infer_request::InferRequestedOutputTensor;
+
+    fn rest(body: serde_json::Value) -> Result<InferCall, OipError> {
+        InferCall::from_json(body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn rest_requests_of_both_shapes() {
+        let call = rest(serde_json::json!({
+            "id": "r1", "parameters": {"anything": 1},
+            "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": ["play jazz", "book a table"]}]
+        }))
+        .unwrap();
+        assert_eq!(call.texts, ["play jazz", "book a table"]);
+        assert_eq!((call.id.as_deref(), call.column), (Some("r1"), false));
+        assert_eq!(call.outputs, Output::DEFAULT);
+        let call = rest(serde_json::json!({
+            "inputs": [{"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": [["a"], ["b"]]}],
+            "outputs": [{"name": "logits"}, {"name": "label", "parameters": {"binary_data": false}}]
+        }))
+        .unwrap();
+        assert_eq!((call.texts.len(), call.column, call.shape()), (2, true, vec![2, 1]));
+        assert_eq!(call.outputs, [Output::Logits, Output::Label]);
+        // Back to REST (the gateway's gRPC path) and parsed again: the same call.
+        assert_eq!(InferCall::from_rest(call.to_rest()).unwrap(), call);
+    }
+
+    #[test]
+    fn refusals_say_what_is_wrong() {
+        let input = |name: &str, shape: serde_json::Value, dt: &str, data: serde_json::Value| serde_json::json!({"inputs": [{"name": name, "shape": shape, "datatype": dt, "data": data}]});
+        let cases = [
+            (input("text", [2].into(), "BYTES", serde_json::json!(["a"])), "but 1 elements"),
+            (input("text", [1].into(), "FP32", serde_json::json!([1.0])), "BYTES, not FP32"),
+            (input("txt", [1].into(), "BYTES", serde_json::json!(["a"])), "unknown input"),
+            (input("text", [1, 2].into(), "BYTES", serde_json::json!(["a", "b"])), "shape [N] or [N, 1]"),
+            (input("text", [1].into(), "BYTES", serde_json::json!([3])), "holds strings"),
+            (input("text", [0].into(), "BYTES", serde_json::json!([])), "empty"),
+            (serde_json::json!({"inputs": []}), "expected one input"),
+            (serde_json::json!({"input": []}), "not an inference request"),
+        ];
+        for (body, expected) in cases {
+            let e = rest(body.clone()).unwrap_err();
+            assert_eq!(e.error_type, wire::ErrorType::InvalidRequest);
+            assert!(e.message.contains(expected), "{body}: {e}");
+        }
+        let mut body = input("text", [1].into(), "BYTES", serde_json::json!(["a"]));
+        body["outputs"] = serde_json::json!([{"name": "probabilities"}]);
+        assert!(rest(body).unwrap_err().message.contains("unknown output"));
+    }
+
+    #[test]
+    fn grpc_requests_raw_or_typed() {
+        let tensor = |contents| InferInputTensor {
+            name: "text".into(),
+            datatype: "BYTES".into(),
+            shape: vec![2, 1],
+            parameters: Default::default(),
+            contents,
+        };
+        let raw = encode_raw_bytes(["play jazz", "ÉTÉ à Zürich"]);
+        assert_eq!(decode_raw_bytes(&raw).unwrap(), ["play jazz", "ÉTÉ à Zürich"]);
+        let req = ModelInferRequest {
+            id: "x".into(),
+            inputs: vec![tensor(None)],
+            raw_input_contents: vec![raw],
+            outputs: vec![InferRequestedOutputTensor { name: "score".into(), parameters: Default::default() }],
+            ..Default::default()
+        };
+        let call = InferCall::from_pb(req).unwrap();
+        assert_eq!((call.texts.len(), call.column, call.outputs.as_slice()), (2, true, &[Output::Score][..]));
+        let typed = InferTensorContents { bytes_contents: vec![b"a".to_vec(), b"b".to_vec()], ..Default::default() };
+        let req = ModelInferRequest { inputs: vec![tensor(Some(typed))], ..Default::default() };
+        let call = InferCall::from_pb(req).unwrap();
+        assert_eq!((call.texts, call.id), (vec!["a".to_owned(), "b".to_owned()], None));
+        // Cut short, not UTF-8, no contents.
+        assert!(decode_raw_bytes(&[5, 0, 0, 0, b'a']).is_err());
+        assert!(decode_raw_bytes(&[1, 0]).is_err());
+        assert!(decode_raw_bytes(&[1, 0, 0, 0, 0xff]).is_err());
+        let req = ModelInferRequest { inputs: vec![tensor(None)], ..Default::default() };
+        assert!(InferCall::from_pb(req).unwrap_err().message.contains("no contents"));
+    }
+}
