@@ -210,7 +210,8 @@ pub(crate) async fn send<'l>(
 
 /// Whether `a` is an answer a worker may give to a `/predict` request (`head`: a `HEAD`
 /// request, whose answer has no body), and the `error_type` of its error body: a 2xx with a JSON
-/// prediction (`{"intent", "score", ...}` or `{"predictions": [...]}`), or a 4xx or 5xx with a
+/// prediction (`{"intent", "score", ...}` or `{"predictions": [...]}`, or the Open Inference
+/// Protocol's `{"outputs": [...]}` or `{"name", ...}`), or a 4xx or 5xx with a
 /// JSON `{error, error_type}`; JSON said by `Content-Type`. Anything else (HTML, text, another
 /// shape, a 1xx or 3xx) is [`Outcome::Malformed`] and never reaches a client. The check parses
 /// the body without keeping anything of it.
@@ -227,9 +228,12 @@ pub(crate) fn well_formed(a: &Answer, head: bool) -> Result<Option<ErrorType>, (
             return Err(());
         }
         return match serde_json::from_slice::<PredictShape>(&a.body) {
-            Ok(PredictShape { intent: Some(_), score: Some(_), .. } | PredictShape { predictions: Some(_), .. }) => {
-                Ok(None)
-            }
+            Ok(
+                PredictShape { intent: Some(_), score: Some(_), .. }
+                | PredictShape { predictions: Some(_), .. }
+                | PredictShape { outputs: Some(_), .. }
+                | PredictShape { name: Some(_), .. },
+            ) => Ok(None),
             _ => Err(()),
         };
     }
@@ -242,12 +246,16 @@ pub(crate) fn well_formed(a: &Answer, head: bool) -> Result<Option<ErrorType>, (
     }
 }
 
-/// What a prediction answer must have, read without keeping it.
+/// What a worker's answer must have, read without keeping it: a prediction (`intent` and
+/// `score`), a batch of them (`predictions`), an Open Inference Protocol inference (`outputs`),
+/// or its model metadata or readiness (`name`).
 #[derive(serde::Deserialize)]
 struct PredictShape {
     intent: Option<serde::de::IgnoredAny>,
     score: Option<f64>,
     predictions: Option<Vec<serde::de::IgnoredAny>>,
+    outputs: Option<Vec<serde::de::IgnoredAny>>,
+    name: Option<String>,
 }
 
 #[cfg(test)]
