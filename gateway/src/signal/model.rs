@@ -62,7 +62,10 @@ pub fn assess(w: &WorkerLoad, capacity: f64, m: Model) -> WorkerAssessment {
     let drains = (c * m.latency_s).max(2.0 * full as f64);
     let backlog = (w.queue - drains).max(0.0);
     let gpu = w.gpu_pct.unwrap_or(0.0);
-    let gpu_saturated = w.gpu_pct.is_some_and(|g| g >= m.gpu_saturation_pct);
+    // A busy GPU is this worker's saturation only while it holds work of its own (a full batch
+    // or more): NVML's figure is an average over its last sample period (high for a while after
+    // the start-up calibration), and on a shared GPU the work may be another process's.
+    let gpu_saturated = w.gpu_pct.is_some_and(|g| g >= m.gpu_saturation_pct) && w.queue >= full as f64;
     let saturated = backlog > 0.0 || gpu_saturated;
     let floor = if saturated { (gpu / 100.0).max(1.0) / m.utilization } else { 0.0 };
     WorkerAssessment { backlog, saturated, floor }
@@ -165,10 +168,15 @@ mod tests {
         assert_eq!(quarter.saturation, 0.0);
         assert!((quarter.raw - 50_000.0 / (190_000.0 * 0.7)).abs() < 1e-9);
         assert!((quarter.gpu - 0.5 / 0.7).abs() < 1e-9);
-        // At 97 % the GPU is full whatever the capacity figure says.
+        // At 97 % with a full batch of its own waiting, the GPU is full whatever the capacity
+        // figure says ...
         let full = calibrated(100_000.0, 400_000.0, &[worker(100.0, Some(97.0), 400_000.0)], 0, M);
         assert!((full.saturation - 1.0 / 0.7).abs() < 1e-9, "{full:?}");
         assert!((full.raw - 1.0 / 0.7).abs() < 1e-9);
+        // ... but not with an empty queue: the reading is another process's work, or the
+        // calibration's, still in NVML's average just after start.
+        let idle = calibrated(1_000.0, 190_000.0, &[worker(2.0, Some(99.0), 190_000.0)], 0, M);
+        assert_eq!(idle.saturation, 0.0, "{idle:?}");
     }
 
     #[test]
