@@ -17,7 +17,8 @@
 # scale-down; DEMO_RATES ("R1 R2 ...": requests/s of the steps; default: from one worker's
 # measured capacity, peaking at 1.2x it, which needs 2 replicas at the gateway's default target
 # utilization of 0.7); DEMO_MAX (4) most workers, a ceiling the run should not reach;
-# DEMO_STEPS ("0.15 0.4 0.8 1.2 0.8 0.4") the steps as fractions of the measured capacity;
+# DEMO_STEPS ("0.15 0.4 0.9 1.2 0.9 0.4") the steps as fractions of the measured capacity (0.9 C
+# asks for a second replica before 1.2 C would overload one);
 # DEMO_PROBE_CLIENTS (64) the probe's closed-loop clients (two full batches of the worker);
 # DEMO_LOADTEST_ARGS ("--threads 1") the load generator's own flags;
 # DEMO_SYNC (2s) the scaler's sync period; DEMO_GATEWAY_ARGS extra gateway flags (none: the
@@ -35,7 +36,7 @@ max=${DEMO_MAX:-4}
 sync=${DEMO_SYNC:-2s}
 read -r -a gateway_args <<<"${DEMO_GATEWAY_ARGS:-}"
 read -r -a loadtest_args <<<"${DEMO_LOADTEST_ARGS:---threads 1}"
-steps=${DEMO_STEPS:-0.15 0.4 0.8 1.2 0.8 0.4}
+steps=${DEMO_STEPS:-0.15 0.4 0.9 1.2 0.9 0.4}
 probe_clients=${DEMO_PROBE_CLIENTS:-64}
 devices=()
 [ -n "${DEMO_WORKER_DEVICES:-}" ] && devices=(--worker-devices "$DEMO_WORKER_DEVICES")
