@@ -118,7 +118,7 @@ pub async fn calibrate(core: &Arc<Core>, plan: Plan) -> Result<Calibration, Core
                     let _ = mark.set((Instant::now(), n));
                 }
                 if let Some(&(at, from)) = mark.get()
-                    && n - from >= plan.min_queries
+                    && n.saturating_sub(from) >= plan.min_queries
                     && at.elapsed() >= plan.min_time
                 {
                     stop.store(true, Ordering::Relaxed);
