@@ -7,12 +7,13 @@
 //!              the last known C while none reports one
 //! demand     = lambda / (C x u)                  lambda: queries offered to the pool per second,
 //!                                                admitted or refused, measured at the gateway
-//! backlog    = sum_i max(0, queue_i - drain_i) / (C x u x H) + gateway_backlog / (C x u x H)
+//! backlog    = sum_i max(0, queue_i - drain_i) / (C x u x H)
+//! waiting    = gateway_backlog / (C x u x H)
 //!              drain_i = max(C_i x L, 2 x rows per full batch_i): what the worker clears within
 //!              the latency target L; H: the drain horizon
 //! saturation = sum over saturated workers of max(1, gpu_i / 100) / u
 //!              saturated: queue_i beyond drain_i, or its GPU at or above the saturation mark
-//! raw        = max(demand, saturation) + backlog
+//! raw        = max(demand, saturation) + backlog + waiting
 //! ```
 //!
 //! Without any capacity ever known (workers that predate it, calibration off and no traffic
@@ -82,14 +83,16 @@ pub fn pool_capacity(workers: &[WorkerLoad]) -> Option<f64> {
 pub struct Calibrated {
     /// `lambda / (C x u)`.
     pub demand: f64,
-    /// The backlog's replicas.
+    /// The workers' backlog, in replicas.
     pub backlog: f64,
+    /// The requests waiting at the gateway for a worker, in replicas (drained like the backlog).
+    pub waiting: f64,
     /// What saturated workers ask for at least.
     pub saturation: f64,
     /// `sum gpu_i / 100 / u` over fresh workers with a reading: the GPUs' own view (shown, and
     /// part of the floor only for saturated workers).
     pub gpu: f64,
-    /// `max(demand, saturation) + backlog`.
+    /// `max(demand, saturation) + backlog + waiting`.
     pub raw: f64,
     pub saturated_workers: usize,
 }
@@ -99,7 +102,7 @@ pub struct Calibrated {
 pub fn calibrated(lambda: f64, capacity: f64, workers: &[WorkerLoad], gateway_backlog: u64, m: Model) -> Calibrated {
     let per_replica = capacity * m.utilization;
     let mut out = Calibrated { demand: lambda.max(0.0) / per_replica, ..Default::default() };
-    let mut backlog = gateway_backlog as f64;
+    let mut backlog = 0.0;
     for w in workers {
         let a = assess(w, capacity, m);
         backlog += a.backlog;
@@ -107,8 +110,10 @@ pub fn calibrated(lambda: f64, capacity: f64, workers: &[WorkerLoad], gateway_ba
         out.saturated_workers += usize::from(a.saturated);
         out.gpu += w.gpu_pct.map_or(0.0, |g| g.max(0.0) / 100.0 / m.utilization);
     }
-    out.backlog = backlog / (per_replica * m.drain_horizon_s.max(1e-3));
-    out.raw = out.demand.max(out.saturation) + out.backlog;
+    let drain = per_replica * m.drain_horizon_s.max(1e-3);
+    out.backlog = backlog / drain;
+    out.waiting = gateway_backlog as f64 / drain;
+    out.raw = out.demand.max(out.saturation) + out.backlog + out.waiting;
     out
 }
 
@@ -200,6 +205,7 @@ mod tests {
     #[test]
     fn requests_waiting_at_the_gateway_are_backlog() {
         let s = calibrated(0.0, 100.0, &[], 2100, M);
-        assert!((s.backlog - 2100.0 / (70.0 * 30.0)).abs() < 1e-9);
+        assert!((s.waiting - 2100.0 / (70.0 * 30.0)).abs() < 1e-9);
+        assert!((s.raw - s.waiting).abs() < 1e-9);
     }
 }

@@ -126,15 +126,13 @@ fn compute(pool: &Pool, ctx: &Ctx, state: &mut PoolState, now: Instant) -> PoolS
     }
     let (raw, mode) = match state.capacity {
         Some(c) => {
-            let cal = model::calibrated(demand_per_s, c, &loads, 0, the_model);
-            // The gateway's own backlog, in the same units as the workers'.
-            let waiting = pool.backlog() as f64 / (c * the_model.utilization * the_model.drain_horizon_s.max(1e-3));
+            let cal = model::calibrated(demand_per_s, c, &loads, pool.backlog(), the_model);
             let raw = RawSignal {
-                raw: cal.raw + waiting,
+                raw: cal.raw,
                 queue: cal.backlog,
                 gpu: cal.gpu,
                 held: 0.0,
-                backlog: waiting,
+                backlog: cal.waiting,
                 demand: cal.demand,
                 saturation: cal.saturation,
                 ..fallback
