@@ -194,7 +194,8 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_TARGET_UTILIZATION", default_value_t = 0.7, value_parser = parse_utilization)]
     pub target_utilization: f64,
 
-    /// The demand's averaging window: queries offered to a pool per second over this long.
+    /// The demand's averaging window: queries offered to a pool per second over this long (or
+    /// over the last second, when that reads more: increases are read at once).
     #[arg(long, env = "GATEWAY_DEMAND_WINDOW", default_value = "5s", value_parser = parse_duration)]
     pub demand_window: Duration,
 

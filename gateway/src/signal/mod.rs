@@ -110,29 +110,48 @@ pub fn pool_raw(workers: &[WorkerPressure], backlog: u64, t: Targets) -> RawSign
 }
 
 /// The offered rate of a pool: a running total of queries (admitted or refused) read every
-/// signal step, and its rate over the last `window`.
+/// signal step, and its rate over the last `window`, or over the last `rise` when that is higher:
+/// a step up in load is read within `rise`, a step down over the whole window.
 #[derive(Debug, Clone)]
 pub struct DemandMeter {
     window: Duration,
+    rise: Duration,
     samples: VecDeque<(Instant, u64)>,
 }
 
+/// The short window of [`DemandMeter::new`]: a step up in load reaches the signal within it.
+pub const DEMAND_RISE: Duration = Duration::from_secs(1);
+
 impl DemandMeter {
+    /// A meter over `window` that reads increases over [`DEMAND_RISE`] (or the window, if shorter).
     pub fn new(window: Duration) -> Self {
-        Self { window: window.max(Duration::from_millis(1)), samples: VecDeque::new() }
+        Self::with_rise(window, DEMAND_RISE)
     }
 
-    /// Feed the running total at `now`; returns queries per second over the window (over what
-    /// has been seen, while younger than the window; 0 from a single reading).
+    /// A meter over `window` that reads increases over `rise` (`rise >= window`: no fast rise).
+    pub fn with_rise(window: Duration, rise: Duration) -> Self {
+        let window = window.max(Duration::from_millis(1));
+        Self { window, rise: rise.clamp(Duration::from_millis(1), window), samples: VecDeque::new() }
+    }
+
+    /// Feed the running total at `now`; returns queries per second: the larger of the rates over
+    /// the window and over the rise window (over what has been seen, while younger than either;
+    /// 0 from a single reading).
     pub fn update(&mut self, total: u64, now: Instant) -> f64 {
         self.samples.push_back((now, total));
         // Keep the newest reading at or before the window's start, to span the whole window.
         while self.samples.len() > 2 && self.samples[1].0 + self.window <= now {
             self.samples.pop_front();
         }
-        let (at, from) = self.samples[0];
-        let span = now.saturating_duration_since(at).as_secs_f64();
-        if span <= 0.0 { 0.0 } else { total.saturating_sub(from) as f64 / span }
+        let rate = |(at, from): (Instant, u64)| {
+            let span = now.saturating_duration_since(at).as_secs_f64();
+            if span <= 0.0 { 0.0 } else { total.saturating_sub(from) as f64 / span }
+        };
+        let long = rate(self.samples[0]);
+        // The newest reading at or before the rise window's start (the oldest one if none is).
+        let short_from = self.samples.iter().rev().find(|(at, _)| *at + self.rise <= now).copied();
+        let short = short_from.map_or(long, rate);
+        long.max(short)
     }
 }
 
@@ -278,7 +297,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn demand_is_the_rate_over_the_window() {
-        let mut m = DemandMeter::new(Duration::from_secs(5));
+        let mut m = DemandMeter::with_rise(Duration::from_secs(5), Duration::from_secs(5));
         let t0 = Instant::now();
         assert_eq!(m.update(0, t0), 0.0);
         // 100 queries a second for 10 s, read every 250 ms.
@@ -300,6 +319,37 @@ mod tests {
         }
         assert!((rate - 400.0).abs() < 1e-9, "{rate}");
         assert!(m.samples.len() <= 22, "old readings are dropped: {}", m.samples.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_up_is_read_within_the_rise_window_and_a_step_down_over_the_window() {
+        let mut m = DemandMeter::new(Duration::from_secs(5));
+        let mut total = 0;
+        let mut rate = 0.0;
+        // 100/s for 10 s, read every 250 ms.
+        for _ in 0..40 {
+            tokio::time::advance(Duration::from_millis(250)).await;
+            total += 25;
+            rate = m.update(total, Instant::now());
+        }
+        assert!((rate - 100.0).abs() < 1e-9, "{rate}");
+        // A step to 400/s: one second later the meter reads it whole, though the window is 5 s.
+        for _ in 0..4 {
+            tokio::time::advance(Duration::from_millis(250)).await;
+            total += 100;
+            rate = m.update(total, Instant::now());
+        }
+        assert!((rate - 400.0).abs() < 1e-9, "{rate}");
+        // Back to 100/s: the window still holds the burst, so the meter falls over it.
+        for i in 1..=20 {
+            tokio::time::advance(Duration::from_millis(250)).await;
+            total += 25;
+            rate = m.update(total, Instant::now());
+            if i == 8 {
+                assert!(rate > 150.0, "two seconds after the step down: {rate}");
+            }
+        }
+        assert!((rate - 100.0).abs() < 1e-9, "{rate}");
     }
 
     #[tokio::test(start_paused = true)]

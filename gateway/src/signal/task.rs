@@ -32,6 +32,9 @@ pub(crate) fn spawn(pools: Weak<Pools>, ctx: Arc<Ctx>) -> JoinHandle<()> {
                 let state = states.entry(pool.name.clone()).or_insert_with(|| PoolState {
                     smoother: Smoother::new(cfg.signal_rise, cfg.signal_fall),
                     demand: DemandMeter::new(cfg.demand_window),
+                    // Other replicas' demand arrives with the workers' stats, in chunks of a stats
+                    // interval: read over the whole window, never the short one.
+                    foreign_demand: DemandMeter::with_rise(cfg.demand_window, cfg.demand_window),
                     capacity: None,
                     foreign_seen: HashMap::new(),
                     foreign: 0,
@@ -47,7 +50,10 @@ pub(crate) fn spawn(pools: Weak<Pools>, ctx: Arc<Ctx>) -> JoinHandle<()> {
 /// What the task keeps per pool between steps.
 struct PoolState {
     smoother: Smoother,
+    /// The queries offered at this gateway ...
     demand: DemandMeter,
+    /// ... and those other clients sent the pool's workers.
+    foreign_demand: DemandMeter,
     /// The last capacity the pool's fresh workers reported: held while none reports one.
     capacity: Option<f64>,
     /// Each worker's count of other clients' queries at the last step ...
@@ -80,7 +86,7 @@ fn compute(pool: &Pool, ctx: &Ctx, state: &mut PoolState, now: Instant) -> PoolS
         seen.insert(ep.url.clone(), theirs.max(before));
     }
     state.foreign_seen = seen;
-    let demand_per_s = state.demand.update(pool.offered() + state.foreign, now);
+    let demand_per_s = state.demand.update(pool.offered(), now) + state.foreign_demand.update(state.foreign, now);
     let mut pressures = Vec::with_capacity(endpoints.len());
     let mut loads = Vec::with_capacity(endpoints.len());
     let mut ready = 0;
