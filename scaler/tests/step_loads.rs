@@ -1,0 +1,220 @@
+//! The loop around the signal: the real scaler (kube's algorithm, the demo's behavior) over the
+//! gateway's external metric, starting GPU-like fake workers of known capacity, on step loads at
+//! R = 0.6, 1.6 and 2.6 replicas (R = lambda / (C u), the gateway's default u). After each step
+//! up it settles at ceil(R) within two sync periods and changes at most once in the step.
+//!
+//! The workers calibrate themselves; nothing is tuned to them. The gateway's windows are the
+//! demo's (the test is short), its targets the defaults.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use testkit::Server;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// The fake workers' batch: 40 ms + 2 ms a row, 32 rows: 32 / 0.104 s = 307.7 queries/s.
+const BASE_MS: u64 = 40;
+const ROW_MS: u64 = 2;
+const ROWS: u64 = 32;
+/// The gateway's default target utilization.
+const U: f64 = 0.7;
+/// The scaler's sync period.
+const SYNC: Duration = Duration::from_secs(3);
+/// Each step's length.
+const STEP: Duration = Duration::from_secs(15);
+/// Replicas the steps need: ceil is 1, 2 and 3, each well inside the HPA's 10 % tolerance.
+const STEPS: [f64; 3] = [0.6, 1.6, 2.6];
+
+fn capacity() -> f64 {
+    ROWS as f64 / ((BASE_MS + ROW_MS * ROWS) as f64 / 1000.0)
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scaler_settles_at_ceil_r_within_two_sync_periods_of_each_step_up() {
+    let dir = std::env::temp_dir().join(format!("scaler-steps-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let certs = dir.join("certs");
+    let ok = std::process::Command::new(testkit::bin("scaler"))
+        .arg("certs")
+        .arg(&certs)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ok.success(), "scaler certs");
+    let workers_file = dir.join("workers.txt");
+    std::fs::write(&workers_file, "").unwrap();
+
+    let mut cmd = Command::new(testkit::bin("gateway"));
+    cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .arg("--worker-file")
+        .arg(&workers_file)
+        .args(["--worker-file-interval", "250ms", "--stats-interval", "250ms", "--demand-window", "2s"])
+        .args(["--metrics-api-listen", "127.0.0.1:0", "--authorization-mode", "AlwaysAllow"])
+        .arg("--tls-cert-file")
+        .arg(certs.join("server.crt"))
+        .arg("--tls-private-key-file")
+        .arg(certs.join("server.key"))
+        .arg("--client-ca-file")
+        .arg(certs.join("ca.crt"))
+        .arg("--requestheader-client-ca-file")
+        .arg(certs.join("front-proxy-ca.crt"))
+        .env("RUST_LOG", "warn");
+    let gateway = Server::start(cmd).await;
+    let admin = gateway.announced("admin", Duration::from_secs(5)).await.expect("admin port");
+    let api = gateway.announced("metrics API", Duration::from_secs(5)).await.expect("metrics API port");
+
+    let series = dir.join("scaler.jsonl");
+    let mut scaler = Command::new(testkit::bin("scaler"));
+    scaler
+        .arg("run")
+        .args(["--metrics-api", &api, "--interval", &format!("{}s", SYNC.as_secs()), "--max", "5"])
+        .arg("--ca-file")
+        .arg(certs.join("ca.crt"))
+        .arg("--cert-file")
+        .arg(certs.join("client.crt"))
+        .arg("--key-file")
+        .arg(certs.join("client.key"))
+        .arg("--worker-file")
+        .arg(&workers_file)
+        .args(["--worker-file-interval", "250ms", "--gateway-admin", &admin, "--drain-timeout", "5s"])
+        .arg("--behavior")
+        .arg(testkit::repo_root().join("scripts/demo-behavior.yaml"))
+        .arg("--series")
+        .arg(&series)
+        .arg("--worker-bin")
+        .arg(testkit::bin("examples/fake_worker"));
+    for a in [
+        "--model".to_owned(),
+        testkit::model_dir().display().to_string(),
+        "--batch-base-time".to_owned(),
+        format!("{BASE_MS}ms"),
+        "--batch-row-time".to_owned(),
+        format!("{ROW_MS}ms"),
+        "--max-batch-rows".to_owned(),
+        ROWS.to_string(),
+        "--min-batch-fill".to_owned(),
+        "0".to_owned(),
+    ] {
+        scaler.arg("--worker-arg").arg(a);
+    }
+    scaler
+        .current_dir(testkit::repo_root())
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    let scaler = Stopper(scaler.spawn().expect("scaler run"));
+
+    let c = testkit::http::client();
+    // One calibrated worker ready before the first step.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = testkit::http::get(&c, &format!("{admin}/v1/signal")).await.body;
+        if s[0]["mode"] == "capacity" && s[0]["ready_workers"] == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the scaler's first worker never became ready: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let url = gateway.at("/predict");
+    let odd = Arc::new(AtomicU64::new(0));
+    let mut starts = Vec::new();
+    for r in STEPS {
+        let rate = r * capacity() * U;
+        starts.push(unix_now());
+        open_loop(&c, &url, rate, STEP, &odd).await;
+    }
+    let end = unix_now();
+    scaler.stop().await;
+
+    let desired = points(&series, "replicas_desired");
+    let replicas = points(&series, "replicas");
+    for (i, r) in STEPS.iter().enumerate() {
+        let want = r.ceil();
+        let (from, to) = (starts[i], starts.get(i + 1).copied().unwrap_or(end));
+        let in_step: Vec<(f64, f64)> = desired.iter().copied().filter(|(t, _)| *t >= from && *t < to).collect();
+        let settled = in_step
+            .iter()
+            .position(|(_, v)| *v == want)
+            .filter(|&k| in_step[k..].iter().all(|(_, v)| *v == want))
+            .map(|k| in_step[k].0 - from);
+        // Changes of the decision within the step, counting one from the step before.
+        let before = desired.iter().rev().find(|(t, _)| *t < from).map(|(_, v)| *v);
+        let changes = before.into_iter().chain(in_step.iter().map(|(_, v)| *v)).collect::<Vec<_>>();
+        let changes = changes.windows(2).filter(|w| w[0] != w[1]).count();
+        eprintln!("step R {r}: decisions {in_step:?}; settled after {settled:?} s");
+        let settled = settled.unwrap_or_else(|| panic!("R {r}: never settled at {want}: {in_step:?}"));
+        assert!(
+            settled <= (2 * SYNC).as_secs_f64() + 0.5,
+            "R {r}: settled at {want} only {settled:.1} s after the step (two sync periods: {:?}): {in_step:?}",
+            2 * SYNC
+        );
+        assert!(changes <= 1, "R {r}: {changes} changes in one step: {in_step:?}");
+        // The replicas at the step's end (the series has a point per change).
+        let at_end = replicas.iter().rev().find(|(t, _)| *t < to).map(|(_, v)| *v);
+        assert_eq!(at_end, Some(want), "R {r}: the replicas at the step's end: {replicas:?}");
+    }
+    assert_eq!(odd.load(Ordering::Relaxed), 0, "every answer was a 200 or a 429");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The scaler, stopped with SIGTERM (it drains and stops its workers) and waited for.
+struct Stopper(Child);
+
+impl Stopper {
+    async fn stop(mut self) {
+        if let Some(pid) = self.0.id() {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(20), self.0.wait()).await;
+    }
+}
+
+/// `(t, value)` of a series of the scaler's JSON lines, in order.
+fn points(path: &Path, name: &str) -> Vec<(f64, f64)> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["series"] == name)
+        .map(|v| (v["t"].as_f64().unwrap(), v["value"].as_f64().unwrap()))
+        .collect()
+}
+
+/// Sends `rate` queries a second to `url`, open loop (each on its own task), for `d`; counts
+/// the answers that were not 200 or 429.
+async fn open_loop(c: &reqwest::Client, url: &str, rate: f64, d: Duration, odd: &Arc<AtomicU64>) {
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut tasks = tokio::task::JoinSet::new();
+    while start.elapsed() < d {
+        let due = start + Duration::from_secs_f64(sent as f64 / rate);
+        tokio::time::sleep_until(due).await;
+        sent += 1;
+        let (c, url, odd) = (c.clone(), url.to_owned(), odd.clone());
+        tasks.spawn(async move {
+            let body = format!(r#"{{"query":"play some jazz music by artist {sent}"}}"#);
+            match c.post(&url).body(body).timeout(Duration::from_secs(20)).send().await {
+                Ok(r) if r.status() == 200 || r.status() == 429 => {}
+                _ => {
+                    odd.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    // The last requests are answered before the next step's clock starts.
+    while tasks.join_next().await.is_some() {}
+}
