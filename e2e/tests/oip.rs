@@ -89,11 +89,16 @@ async fn rest_and_grpc_through_the_gateway() {
     assert!(ready.into_inner().ready);
     let m = g.model_metadata(ModelMetadataRequest { name: MODEL.into(), version: String::new() }).await.unwrap();
     assert_eq!(m.into_inner().inputs[0].name, "text");
-    let a = g.model_infer(infer_request(MODEL, &texts)).await.unwrap().into_inner();
+    let mut req = tonic::Request::new(infer_request(MODEL, &texts));
+    req.metadata_mut().insert("x-request-id", "grpc-e2e-1".parse().unwrap());
+    let a = g.model_infer(req).await.unwrap();
+    assert_eq!(a.metadata().get("x-request-id").unwrap(), "grpc-e2e-1", "the client's request id comes back");
+    let a = a.into_inner();
     assert_eq!((a.id.as_str(), a.outputs.len()), ("e2e", 2));
     assert_eq!(oip::call::decode_raw_bytes(&a.raw_output_contents[0]).unwrap(), intents);
     let e = g.model_infer(infer_request("nope", &texts)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    assert!(e.metadata().get("x-request-id").is_some(), "an error carries the gateway's request id: {e:?}");
     let e = g.model_metadata(ModelMetadataRequest { name: "nope".into(), version: String::new() }).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
     // A client's deadline too short for any answer.

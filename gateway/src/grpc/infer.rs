@@ -20,7 +20,7 @@ use oip::pb::{
     ServerReadyRequest, ServerReadyResponse,
 };
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
-use tonic::metadata::MetadataMap;
+use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use wire::{ErrorBody, ErrorType};
 
@@ -87,13 +87,40 @@ pub(crate) fn deadline(md: &MetadataMap) -> Option<Duration> {
     })
 }
 
-/// The answer's body once it is a success, else its error as a status (the error body's kind
-/// and message, `Retry-After` as retry info).
-async fn success(resp: HttpResponse) -> Result<Bytes, Status> {
+/// An answer's body and its request id (`x-request-id`, given back to the client as metadata).
+#[derive(Debug)]
+struct Answer {
+    body: Bytes,
+    id: Option<MetadataValue<Ascii>>,
+}
+
+impl Answer {
+    /// `msg` as the call's response, with the request id.
+    fn respond<T>(&self, msg: T) -> Response<T> {
+        let mut out = Response::new(msg);
+        if let Some(id) = &self.id {
+            out.metadata_mut().insert(X_REQUEST_ID, id.clone());
+        }
+        out
+    }
+}
+
+const X_REQUEST_ID: &str = "x-request-id";
+
+/// The answer once it is a success, else its error as a status (the error body's kind and
+/// message, `Retry-After` as retry info); both with the request id.
+async fn success(resp: HttpResponse) -> Result<Answer, Status> {
     let (parts, body) = resp.into_parts();
-    let body = body.collect().await.map_err(|_| Status::unavailable("the answer was cut short"))?.to_bytes();
+    let id = parts.headers.get(X_REQUEST_ID).and_then(|v| MetadataValue::try_from(v.as_bytes()).ok());
+    let with_id = |mut s: Status| {
+        if let Some(id) = &id {
+            s.metadata_mut().insert(X_REQUEST_ID, id.clone());
+        }
+        s
+    };
+    let body = body.collect().await.map_err(|_| with_id(Status::unavailable("the answer was cut short")))?.to_bytes();
     if parts.status.is_success() {
-        return Ok(body);
+        return Ok(Answer { body, id });
     }
     let retry =
         parts.headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse().ok()).map(Duration::from_secs);
@@ -101,7 +128,7 @@ async fn success(resp: HttpResponse) -> Result<Bytes, Status> {
         error: format!("the worker answered {}", parts.status),
         error_type: kind_of(parts.status),
     });
-    Err(oip::status::status(e.error_type, e.error, retry))
+    Err(with_id(oip::status::status(e.error_type, e.error, retry)))
 }
 
 fn kind_of(status: StatusCode) -> ErrorType {
@@ -152,9 +179,9 @@ impl GrpcInferenceService for Service {
         req: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
         let (md, _, r) = req.into_parts();
-        let body =
+        let answer =
             success(self.call(&md, Method::GET, model_path(&r.name, &r.version, ""), Bytes::new()).await?).await?;
-        Ok(Response::new(oip::meta::from_rest(json(&body)?)))
+        Ok(answer.respond(oip::meta::from_rest(json(&answer.body)?)))
     }
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
@@ -163,7 +190,7 @@ impl GrpcInferenceService for Service {
         let call = InferCall::from_pb(r)?;
         let body = serde_json::to_vec(&call.to_rest()).map_err(|e| Status::internal(e.to_string()))?;
         let answer = success(self.call(&md, Method::POST, path, body.into()).await?).await?;
-        Ok(Response::new(oip::answer::pb_from_rest(json(&answer)?)?))
+        Ok(answer.respond(oip::answer::pb_from_rest(json(&answer.body)?)?))
     }
 }
 
@@ -213,6 +240,22 @@ mod tests {
         assert_eq!((s.code(), s.message()), (tonic::Code::NotFound, "unknown model \"x\""));
         let s = success(resp(502, "<html>", None)).await.unwrap_err();
         assert_eq!(s.code(), tonic::Code::Unavailable);
-        assert_eq!(success(resp(200, "{}", None)).await.unwrap(), "{}");
+        let ok = success(resp(200, "{}", None)).await.unwrap();
+        assert_eq!((ok.body.as_ref(), ok.id.is_none()), (b"{}".as_ref(), true));
+    }
+
+    #[tokio::test]
+    async fn the_request_id_reaches_the_client_on_answers_and_errors() {
+        let resp = |status: u16| {
+            let mut r = HttpResponse::new(axum::body::Body::from(r#"{"error":"busy","error_type":"overloaded"}"#));
+            *r.status_mut() = StatusCode::from_u16(status).unwrap();
+            r.headers_mut().insert(X_REQUEST_ID, "abc-123".parse().unwrap());
+            r
+        };
+        let ok = success(resp(200)).await.unwrap();
+        let out = ok.respond(());
+        assert_eq!(out.metadata().get(X_REQUEST_ID).unwrap(), "abc-123");
+        let err = success(resp(429)).await.unwrap_err();
+        assert_eq!(err.metadata().get(X_REQUEST_ID).unwrap(), "abc-123");
     }
 }
