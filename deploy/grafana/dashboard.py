@@ -97,7 +97,7 @@ def pool_row(y):
             (f"max by (worker) (gateway_worker_gpu_utilization_ratio{{{SEL}}})", "{{worker}}"),
         ], 0, y, unit="percentunit", max_=1,
             description="Process SM utilization on a shared GPU (MIG, time-slicing), else the "
-                        "device's; the signal targets --target-gpu."),
+                        "device's; the signal's saturation guard (--gpu-saturation)."),
         panel("GPU memory used per worker", [
             (f"max by (worker) (gateway_worker_gpu_memory_used_ratio{{{SEL}}})", "{{worker}}"),
         ], 12, y, unit="percentunit", max_=1),
