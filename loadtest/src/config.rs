@@ -37,6 +37,15 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// The `--help` headings, one per concern.
+mod heading {
+    pub const TARGET: &str = "Target";
+    pub const LOAD: &str = "Load";
+    pub const SIGNAL: &str = "Gateway signal";
+    pub const OUTPUT: &str = "Output";
+    pub const LOGGING: &str = "Logging";
+}
+
 /// Load generator for `/predict` of a worker or gateway (or any HTTP server).
 ///
 /// Closed loop (`-c 1,8,32`): that many clients, each sending its next request when its last is
@@ -49,36 +58,36 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 #[command(name = "loadtest", version, about, long_about)]
 pub struct Config {
     /// Base URL of the server, e.g. `http://127.0.0.1:8080`; requests go to `<url><path>`.
-    #[arg(long, env = "LOADTEST_URL", required_unless_present = "render")]
+    #[arg(long, env = "LOADTEST_URL", required_unless_present = "render", help_heading = heading::TARGET)]
     pub url: Option<String>,
 
     /// Path to request (`/predict`, or `/pools/NAME/predict` on a gateway).
-    #[arg(long, env = "LOADTEST_PATH", default_value = "/predict")]
+    #[arg(long, env = "LOADTEST_PATH", default_value = "/predict", help_heading = heading::TARGET)]
     pub path: String,
 
     /// Closed loop: clients; a comma-separated list runs one step per value.
-    #[arg(short = 'c', long, env = "LOADTEST_CONCURRENCY", value_delimiter = ',', default_value = "8")]
+    #[arg(short = 'c', long, env = "LOADTEST_CONCURRENCY", value_delimiter = ',', default_value = "8", help_heading = heading::LOAD)]
     pub concurrency: Vec<usize>,
 
     /// Open loop: the rate profile, in requests/s (`200`, `steps(10 20 40 20 10, 15s)`, ...).
-    #[arg(short = 'r', long, env = "LOADTEST_RATE", conflicts_with = "concurrency")]
+    #[arg(short = 'r', long, env = "LOADTEST_RATE", conflicts_with = "concurrency", help_heading = heading::LOAD)]
     pub rate: Option<String>,
 
     /// Length of each closed-loop step, and of an open-ended rate (`200`); `10s` unless
     /// `--requests` is given.
-    #[arg(short = 'd', long, env = "LOADTEST_DURATION", value_parser = parse_duration)]
+    #[arg(short = 'd', long, env = "LOADTEST_DURATION", value_parser = parse_duration, help_heading = heading::LOAD)]
     pub duration: Option<Duration>,
 
     /// Stop after this many measured requests (per step in a closed loop).
-    #[arg(short = 'n', long, env = "LOADTEST_REQUESTS")]
+    #[arg(short = 'n', long, env = "LOADTEST_REQUESTS", help_heading = heading::LOAD)]
     pub requests: Option<u64>,
 
     /// Unmeasured warm-up before each closed-loop step, or at the profile's starting rate.
-    #[arg(long, env = "LOADTEST_WARMUP", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "LOADTEST_WARMUP", default_value = "1s", value_parser = parse_duration, help_heading = heading::LOAD)]
     pub warmup: Duration,
 
     /// Per-request timeout (counted as a `timeout` error).
-    #[arg(long, env = "LOADTEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "LOADTEST_TIMEOUT", default_value = "30s", value_parser = parse_duration, help_heading = heading::LOAD)]
     pub timeout: Duration,
 
     /// Deprecated: `--duration` in seconds.
@@ -95,92 +104,92 @@ pub struct Config {
 
     /// Open loop: most requests outstanding at once (each HTTP/1.1 one has its own connection).
     /// Beyond it a due request waits for one to finish, and the wait counts in its latency.
-    #[arg(long, env = "LOADTEST_MAX_IN_FLIGHT", default_value_t = 4096)]
+    #[arg(long, env = "LOADTEST_MAX_IN_FLIGHT", default_value_t = 4096, help_heading = heading::LOAD)]
     pub max_in_flight: usize,
 
     /// How queries are sent: `get` (`?query=`) or `post` (a JSON body).
-    #[arg(long, env = "LOADTEST_METHOD", value_enum, default_value = "get")]
+    #[arg(long, env = "LOADTEST_METHOD", value_enum, default_value = "get", help_heading = heading::TARGET)]
     pub method: Shape,
 
     /// With `--method post`: queries per request (`{"queries": [...]}` above 1).
-    #[arg(long, env = "LOADTEST_BATCH", default_value_t = 1)]
+    #[arg(long, env = "LOADTEST_BATCH", default_value_t = 1, help_heading = heading::TARGET)]
     pub batch: usize,
 
     /// File of queries, one a line; by default the built-in SNIPS test utterances.
-    #[arg(long, env = "LOADTEST_QUERIES")]
+    #[arg(long, env = "LOADTEST_QUERIES", help_heading = heading::TARGET)]
     pub queries: Option<PathBuf>,
 
     /// Extra request header, `"Name: value"` (repeatable).
-    #[arg(short = 'H', long = "header", env = "LOADTEST_HEADERS", value_delimiter = '\n')]
+    #[arg(short = 'H', long = "header", env = "LOADTEST_HEADERS", value_delimiter = '\n', help_heading = heading::TARGET)]
     pub headers: Vec<String>,
 
     /// Protocol: `predict` (`/predict`, as `--method` says), `oip` (the Open Inference Protocol
     /// over REST, `POST /v2/models/{--model}/infer`) or `grpc` (its gRPC `ModelInfer` on h2c;
     /// implies `--http 2`). `oip` and `grpc` send `--batch` texts per request.
-    #[arg(long, env = "LOADTEST_PROTOCOL", value_enum, default_value = "predict")]
+    #[arg(long, env = "LOADTEST_PROTOCOL", value_enum, default_value = "predict", help_heading = heading::TARGET)]
     pub protocol: target::Protocol,
 
     /// The model `--protocol oip|grpc` names.
-    #[arg(long, env = "LOADTEST_MODEL", default_value = "snips-minilm-l6")]
+    #[arg(long, env = "LOADTEST_MODEL", default_value = "snips-minilm-l6", help_heading = heading::TARGET)]
     pub model: String,
 
     /// HTTP version: `1.1` (keep-alive) or `2` (h2c, prior knowledge).
-    #[arg(long, env = "LOADTEST_HTTP", value_enum, default_value = "1.1")]
+    #[arg(long, env = "LOADTEST_HTTP", value_enum, default_value = "1.1", help_heading = heading::TARGET)]
     pub http: Http,
 
     /// HTTP/2: connections per thread; requests are multiplexed over them.
-    #[arg(long, env = "LOADTEST_H2_CONNECTIONS", default_value_t = 1)]
+    #[arg(long, env = "LOADTEST_H2_CONNECTIONS", default_value_t = 1, help_heading = heading::TARGET)]
     pub h2_connections: usize,
 
     /// Load threads (each a single-threaded runtime); 0: one per CPU this process may use.
-    #[arg(long, env = "LOADTEST_THREADS", default_value_t = 0)]
+    #[arg(long, env = "LOADTEST_THREADS", default_value_t = 0, help_heading = heading::LOAD)]
     pub threads: usize,
 
     /// Time resolution of the timeline, the live display and the report.
-    #[arg(long, env = "LOADTEST_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "LOADTEST_INTERVAL", default_value = "1s", value_parser = parse_duration, help_heading = heading::OUTPUT)]
     pub interval: Duration,
 
     /// Live display: `auto` (when stdout is a terminal), `always`, `never`.
-    #[arg(long, env = "LOADTEST_PROGRESS", value_enum, default_value = "auto")]
+    #[arg(long, env = "LOADTEST_PROGRESS", value_enum, default_value = "auto", help_heading = heading::OUTPUT)]
     pub progress: When,
 
     /// Print one JSON object per phase (a line each) instead of the table.
-    #[arg(long, env = "LOADTEST_JSON")]
+    #[arg(long, env = "LOADTEST_JSON", help_heading = heading::OUTPUT)]
     pub json: bool,
 
     /// Write the whole run as JSON (summary, phases, timeline, signal, series) to this file.
-    #[arg(long, env = "LOADTEST_SUMMARY")]
+    #[arg(long, env = "LOADTEST_SUMMARY", help_heading = heading::OUTPUT)]
     pub summary: Option<PathBuf>,
 
     /// Write a self-contained HTML report to this file (its path is printed at the end).
-    #[arg(long, env = "LOADTEST_REPORT")]
+    #[arg(long, env = "LOADTEST_REPORT", help_heading = heading::OUTPUT)]
     pub report: Option<PathBuf>,
 
     /// Title of the report.
-    #[arg(long, env = "LOADTEST_TITLE")]
+    #[arg(long, env = "LOADTEST_TITLE", help_heading = heading::OUTPUT)]
     pub title: Option<String>,
 
     /// A gateway's admin URL (e.g. `http://127.0.0.1:9090`): its pool's scaling signal and
     /// workers are sampled during the run (`GET /pools/{pool}/signal`) and shown.
-    #[arg(long, env = "LOADTEST_GATEWAY_ADMIN")]
+    #[arg(long, env = "LOADTEST_GATEWAY_ADMIN", help_heading = heading::SIGNAL)]
     pub gateway_admin: Option<String>,
 
     /// The pool whose signal is sampled.
-    #[arg(long, env = "LOADTEST_POOL", default_value = "default")]
+    #[arg(long, env = "LOADTEST_POOL", default_value = "default", help_heading = heading::SIGNAL)]
     pub pool: String,
 
     /// How often the signal is sampled.
-    #[arg(long, env = "LOADTEST_SIGNAL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "LOADTEST_SIGNAL_INTERVAL", default_value = "1s", value_parser = parse_duration, help_heading = heading::SIGNAL)]
     pub signal_interval: Duration,
 
     /// JSON-lines file of the caller's own series, followed during the run and drawn in the
     /// report: `{"t": SECONDS, "series": "replicas_desired", "value": 3}` (repeatable; `t` in
     /// Unix seconds, or seconds since the start).
-    #[arg(long = "series", env = "LOADTEST_SERIES", value_delimiter = ',')]
+    #[arg(long = "series", env = "LOADTEST_SERIES", value_delimiter = ',', help_heading = heading::OUTPUT)]
     pub series: Vec<PathBuf>,
 
     /// Send nothing: draw `--report` from a `--summary` file of an earlier run.
-    #[arg(long, env = "LOADTEST_RENDER", requires = "report")]
+    #[arg(long, env = "LOADTEST_RENDER", requires = "report", help_heading = heading::OUTPUT)]
     pub render: Option<PathBuf>,
 }
 
