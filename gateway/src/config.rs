@@ -308,17 +308,9 @@ impl Config {
 }
 
 /// Environment variables renamed to match their flags; the old names are still read.
-pub const RENAMED_ENV: &[listener::Renamed] = &[
-    listener::Renamed {
-        old: "GATEWAY_RETRY_AFTER_S",
-        new: "GATEWAY_RETRY_AFTER",
-        flags: &["--retry-after", "--retry-after-s"],
-    },
-    listener::Renamed {
-        old: "GATEWAY_POOL_MAX_IDLE",
-        new: "GATEWAY_POOL_MAX_IDLE_PER_HOST",
-        flags: &["--pool-max-idle-per-host"],
-    },
+pub const RENAMED_ENV: &[cli::Renamed] = &[
+    cli::Renamed::deprecated("GATEWAY_RETRY_AFTER_S", "GATEWAY_RETRY_AFTER", &["--retry-after", "--retry-after-s"]),
+    cli::Renamed::deprecated("GATEWAY_POOL_MAX_IDLE", "GATEWAY_POOL_MAX_IDLE_PER_HOST", &["--pool-max-idle-per-host"]),
 ];
 
 #[cfg(test)]

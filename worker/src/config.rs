@@ -233,22 +233,10 @@ pub struct Config {
 }
 
 /// Environment variables renamed to match their flags; the old names are still read.
-pub const RENAMED_ENV: &[listener::Renamed] = &[
-    listener::Renamed {
-        old: "WORKER_THREADS",
-        new: "WORKER_INTRA_OP_THREADS",
-        flags: &["--intra-op-threads", "--threads"],
-    },
-    listener::Renamed {
-        old: "WORKER_QUEUE_CAPACITY",
-        new: "WORKER_MAX_OUTSTANDING",
-        flags: &["--max-outstanding", "--queue-capacity"],
-    },
-    listener::Renamed {
-        old: "WORKER_QUEUE_CAPACITY_TOKENS",
-        new: "WORKER_MAX_OUTSTANDING_TOKENS",
-        flags: &["--max-outstanding-tokens", "--queue-capacity-tokens"],
-    },
+pub const RENAMED_ENV: &[cli::Renamed] = &[
+    cli::Renamed::deprecated("WORKER_THREADS", "WORKER_INTRA_OP_THREADS", &["--intra-op-threads", "--threads"]),
+    cli::Renamed::deprecated("WORKER_QUEUE_CAPACITY", "WORKER_MAX_OUTSTANDING", &["--max-outstanding", "--queue-capacity"]),
+    cli::Renamed::deprecated("WORKER_QUEUE_CAPACITY_TOKENS", "WORKER_MAX_OUTSTANDING_TOKENS", &["--max-outstanding-tokens", "--queue-capacity-tokens"]),
 ];
 
 impl Config {
