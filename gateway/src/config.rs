@@ -88,12 +88,14 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_DEFAULT_POOL", default_value = "default", help_heading = heading::WORKERS)]
     pub default_pool: String,
 
-    /// A worker base URL of the default pool (repeatable), e.g. `http://10.0.0.5:8000`.
-    #[arg(long = "worker", env = "GATEWAY_WORKERS", value_delimiter = ',', help_heading = heading::WORKERS)]
+    /// A worker base URL of the default pool (repeatable; comma-separated in the variable), e.g.
+    /// `http://10.0.0.5:8000`. (`GATEWAY_WORKERS`, its variable before it was named as the flag, is
+    /// still read.)
+    #[arg(long = "worker", env = "GATEWAY_WORKER", value_delimiter = ',', help_heading = heading::WORKERS)]
     pub workers: Vec<String>,
 
-    /// A worker of a named pool, `POOL=URL` (repeatable).
-    #[arg(long = "pool-worker", env = "GATEWAY_POOL_WORKERS", value_delimiter = ',', help_heading = heading::WORKERS)]
+    /// A worker of a named pool, `POOL=URL` (repeatable). (`GATEWAY_POOL_WORKERS` is still read.)
+    #[arg(long = "pool-worker", env = "GATEWAY_POOL_WORKER", value_delimiter = ',', help_heading = heading::WORKERS)]
     pub pool_workers: Vec<String>,
 
     /// A file listing workers, one per line: `URL` (default pool) or `POOL URL`; `#` starts a
@@ -113,7 +115,8 @@ pub struct Config {
 
     /// A Kubernetes Service whose EndpointSlices feed a pool: `[POOL=]NAMESPACE/SERVICE[:PORT]`
     /// where PORT is a port name or number (default: the slice's first port). Repeatable.
-    #[arg(long = "k8s-service", env = "GATEWAY_K8S_SERVICES", value_delimiter = ',', help_heading = heading::WORKERS)]
+    /// (`GATEWAY_K8S_SERVICES` is still read.)
+    #[arg(long = "k8s-service", env = "GATEWAY_K8S_SERVICE", value_delimiter = ',', help_heading = heading::WORKERS)]
     pub k8s_services: Vec<String>,
 
     /// Whole-request deadline, including the one retry; beyond it the client gets 504 `timeout`.
@@ -273,8 +276,9 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_THREADS", default_value_t = 0, help_heading = heading::RUNTIME)]
     pub threads: usize,
 
-    /// Log filter (`tracing` env-filter syntax).
-    #[arg(long, env = "RUST_LOG", default_value = "info", help_heading = heading::LOGGING)]
+    /// Log filter (`tracing` env-filter syntax); `RUST_LOG` is read when neither the flag nor
+    /// `GATEWAY_LOG` is set.
+    #[arg(long, env = "GATEWAY_LOG", default_value = "info", help_heading = heading::LOGGING)]
     pub log: String,
 
     /// Log as JSON lines.
@@ -307,10 +311,15 @@ impl Config {
     }
 }
 
-/// Environment variables renamed to match their flags; the old names are still read.
+/// Variables read below the flags' own (`cli::args_with_renamed_env`): old names of variables
+/// renamed to match their flags (read until the next release, with a warning), and `RUST_LOG`.
 pub const RENAMED_ENV: &[cli::Renamed] = &[
     cli::Renamed::deprecated("GATEWAY_RETRY_AFTER_S", "GATEWAY_RETRY_AFTER", &["--retry-after", "--retry-after-s"]),
     cli::Renamed::deprecated("GATEWAY_POOL_MAX_IDLE", "GATEWAY_POOL_MAX_IDLE_PER_HOST", &["--pool-max-idle-per-host"]),
+    cli::Renamed::deprecated("GATEWAY_WORKERS", "GATEWAY_WORKER", &["--worker"]),
+    cli::Renamed::deprecated("GATEWAY_POOL_WORKERS", "GATEWAY_POOL_WORKER", &["--pool-worker"]),
+    cli::Renamed::deprecated("GATEWAY_K8S_SERVICES", "GATEWAY_K8S_SERVICE", &["--k8s-service"]),
+    cli::Renamed::conventional("RUST_LOG", "GATEWAY_LOG", &["--log"]),
 ];
 
 #[cfg(test)]
