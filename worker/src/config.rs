@@ -49,7 +49,9 @@ pub struct Config {
     pub model_file: Option<String>,
 
     /// Path of `libonnxruntime.so` (ONNX Runtime 1.31); `scripts/fetch-ort.sh` fetches it.
-    #[arg(long, env = "ORT_DYLIB_PATH", help_heading = heading::MODEL)]
+    /// `ORT_DYLIB_PATH` (the `ort` crate's variable) is read when neither the flag nor
+    /// `WORKER_ORT_LIB` is set.
+    #[arg(long, env = "WORKER_ORT_LIB", help_heading = heading::MODEL)]
     pub ort_lib: Option<PathBuf>,
 
     /// `cpu`, or `cuda:N` for the CUDA execution provider on CUDA device N (fails if unavailable).
@@ -223,8 +225,9 @@ pub struct Config {
     #[command(flatten)]
     pub listener: listener::ListenerArgs<listener::WorkerEnv>,
 
-    /// Log filter (`tracing` env-filter syntax), as the gateway's.
-    #[arg(long, env = "RUST_LOG", default_value = "info,ort=warn", help_heading = heading::LOGGING)]
+    /// Log filter (`tracing` env-filter syntax), as the gateway's; `RUST_LOG` is read when neither
+    /// the flag nor `WORKER_LOG` is set.
+    #[arg(long, env = "WORKER_LOG", default_value = "info,ort=warn", help_heading = heading::LOGGING)]
     pub log: String,
 
     /// Log as JSON lines instead of text.
@@ -232,11 +235,15 @@ pub struct Config {
     pub log_json: bool,
 }
 
-/// Environment variables renamed to match their flags; the old names are still read.
+/// Variables read below the flags' own (`cli::args_with_renamed_env`): old names of variables
+/// renamed to match their flags (read until the next release, with a warning), and the
+/// conventional `ORT_DYLIB_PATH` and `RUST_LOG`.
 pub const RENAMED_ENV: &[cli::Renamed] = &[
     cli::Renamed::deprecated("WORKER_THREADS", "WORKER_INTRA_OP_THREADS", &["--intra-op-threads", "--threads"]),
     cli::Renamed::deprecated("WORKER_QUEUE_CAPACITY", "WORKER_MAX_OUTSTANDING", &["--max-outstanding", "--queue-capacity"]),
     cli::Renamed::deprecated("WORKER_QUEUE_CAPACITY_TOKENS", "WORKER_MAX_OUTSTANDING_TOKENS", &["--max-outstanding-tokens", "--queue-capacity-tokens"]),
+    cli::Renamed::conventional("ORT_DYLIB_PATH", "WORKER_ORT_LIB", &["--ort-lib"]),
+    cli::Renamed::conventional("RUST_LOG", "WORKER_LOG", &["--log"]),
 ];
 
 impl Config {
