@@ -273,7 +273,8 @@ pub struct Config {
     /// Runtime worker threads; 0 = the CPUs this process may run on (its affinity mask, e.g.
     /// under `taskset` or a cgroup cpuset). With one thread the gateway runs a single-threaded
     /// runtime: a work-stealing runtime gains nothing on one core and costs cross-thread wakeups.
-    #[arg(long, env = "GATEWAY_THREADS", default_value_t = 0, help_heading = heading::RUNTIME)]
+    /// Named as the worker's `--runtime-threads`; was `--threads` (`GATEWAY_THREADS`, still read).
+    #[arg(long = "runtime-threads", alias = "threads", env = "GATEWAY_RUNTIME_THREADS", default_value_t = 0, help_heading = heading::RUNTIME)]
     pub threads: usize,
 
     /// Log filter (`tracing` env-filter syntax); `RUST_LOG` is read when neither the flag nor
@@ -295,7 +296,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// Runtime worker threads for `--threads`: the given number, or with 0 the CPUs this process
+    /// Runtime worker threads for `--runtime-threads`: the given number, or with 0 the CPUs this process
     /// may run on (`available_parallelism` honours the affinity mask and cgroup quotas).
     pub fn runtime_threads(&self) -> usize {
         if self.threads > 0 {
@@ -319,6 +320,7 @@ pub const RENAMED_ENV: &[cli::Renamed] = &[
     cli::Renamed::deprecated("GATEWAY_WORKERS", "GATEWAY_WORKER", &["--worker"]),
     cli::Renamed::deprecated("GATEWAY_POOL_WORKERS", "GATEWAY_POOL_WORKER", &["--pool-worker"]),
     cli::Renamed::deprecated("GATEWAY_K8S_SERVICES", "GATEWAY_K8S_SERVICE", &["--k8s-service"]),
+    cli::Renamed::deprecated("GATEWAY_THREADS", "GATEWAY_RUNTIME_THREADS", &["--runtime-threads", "--threads"]),
     cli::Renamed::conventional("RUST_LOG", "GATEWAY_LOG", &["--log"]),
 ];
 

@@ -61,8 +61,7 @@ pub struct Config {
     /// ONNX Runtime intra-op threads per session; 0: ONNX Runtime's choice (one per physical
     /// core) on the CPU, 1 with CUDA (there the CPU runs only a few shape operators; a pool per
     /// lane of one thread per core only burns host cores). Not the async runtime's threads
-    /// (`--runtime-threads`; the gateway's and the load generator's `--threads`). Was `--threads`
-    /// (`WORKER_THREADS`, still read).
+    /// (`--runtime-threads`, as on the gateway). Was `--threads` (`WORKER_THREADS`, still read).
     #[arg(long = "intra-op-threads", alias = "threads", env = "WORKER_INTRA_OP_THREADS", default_value_t = 0, help_heading = heading::BACKEND)]
     pub threads: usize,
 
