@@ -15,19 +15,9 @@ use crate::signal::Source;
 use crate::summary::TargetInfo;
 use crate::target::{self, Http, Shape, Spec, Target};
 
-/// Parse a duration: `250ms`, `10s`, `1.5s`, `2m`, `1h` (a unit is required).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, scale) = [("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
-        .iter()
-        .find_map(|(unit, scale)| s.strip_suffix(unit).map(|n| (n, *scale)))
-        .ok_or_else(|| format!("not a duration: {s:?} (write 250ms, 10s, 2m or 1h)"))?;
-    let v: f64 = num.trim().parse().map_err(|_| format!("not a duration: {s:?} (write 250ms, 10s, 2m or 1h)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("not a duration: {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(v * scale))
-}
+/// Parse a duration: `250ms`, `10s`, `1.5s`, `2m`, `1h 30m` (`humantime`, the one duration syntax
+/// of the project's binaries; a unit is required, except for `0`).
+pub use cli::parse_duration;
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("not a number of seconds: {s:?}"))?;
@@ -86,9 +76,10 @@ pub struct Config {
     #[arg(long, env = "LOADTEST_WARMUP", default_value = "1s", value_parser = parse_duration, help_heading = heading::LOAD)]
     pub warmup: Duration,
 
-    /// Per-request timeout (counted as a `timeout` error).
-    #[arg(long, env = "LOADTEST_TIMEOUT", default_value = "30s", value_parser = parse_duration, help_heading = heading::LOAD)]
-    pub timeout: Duration,
+    /// Per-request timeout (counted as a `timeout` error). Named as the gateway's and the worker's
+    /// `--request-timeout`; was `--timeout` (still accepted; `LOADTEST_TIMEOUT` still read).
+    #[arg(long = "request-timeout", alias = "timeout", env = "LOADTEST_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration, help_heading = heading::LOAD)]
+    pub request_timeout: Duration,
 
     /// Deprecated: `--duration` in seconds.
     #[arg(long, hide = true, value_parser = parse_seconds, conflicts_with = "duration")]
@@ -98,14 +89,16 @@ pub struct Config {
     #[arg(long, hide = true, value_parser = parse_seconds)]
     pub warmup_s: Option<Duration>,
 
-    /// Deprecated: `--timeout` in seconds.
+    /// Deprecated: `--request-timeout` in seconds.
     #[arg(long, hide = true, value_parser = parse_seconds)]
     pub timeout_s: Option<Duration>,
 
     /// Open loop: most requests outstanding at once (each HTTP/1.1 one has its own connection).
-    /// Beyond it a due request waits for one to finish, and the wait counts in its latency.
-    #[arg(long, env = "LOADTEST_MAX_IN_FLIGHT", default_value_t = 4096, help_heading = heading::LOAD)]
-    pub max_in_flight: usize,
+    /// Beyond it a due request waits for one to finish, and the wait counts in its latency. Named
+    /// as the gateway's limit of the same kind; was `--max-in-flight` (still accepted;
+    /// `LOADTEST_MAX_IN_FLIGHT` still read).
+    #[arg(long = "max-outstanding", alias = "max-in-flight", env = "LOADTEST_MAX_OUTSTANDING", default_value_t = 4096, help_heading = heading::LOAD)]
+    pub max_outstanding: usize,
 
     /// How queries are sent: `get` (`?query=`) or `post` (a JSON body).
     #[arg(long, env = "LOADTEST_METHOD", value_enum, default_value = "get", help_heading = heading::TARGET)]
@@ -119,19 +112,21 @@ pub struct Config {
     #[arg(long, env = "LOADTEST_QUERIES", help_heading = heading::TARGET)]
     pub queries: Option<PathBuf>,
 
-    /// Extra request header, `"Name: value"` (repeatable).
-    #[arg(short = 'H', long = "header", env = "LOADTEST_HEADERS", value_delimiter = '\n', help_heading = heading::TARGET)]
+    /// Extra request header, `"Name: value"` (repeatable; one a line in the variable).
+    /// (`LOADTEST_HEADERS` is still read.)
+    #[arg(short = 'H', long = "header", env = "LOADTEST_HEADER", value_delimiter = '\n', help_heading = heading::TARGET)]
     pub headers: Vec<String>,
 
     /// Protocol: `predict` (`/predict`, as `--method` says), `oip` (the Open Inference Protocol
-    /// over REST, `POST /v2/models/{--model}/infer`) or `grpc` (its gRPC `ModelInfer` on h2c;
+    /// over REST, `POST /v2/models/{--model-name}/infer`) or `grpc` (its gRPC `ModelInfer` on h2c;
     /// implies `--http 2`). `oip` and `grpc` send `--batch` texts per request.
     #[arg(long, env = "LOADTEST_PROTOCOL", value_enum, default_value = "predict", help_heading = heading::TARGET)]
     pub protocol: target::Protocol,
 
-    /// The model `--protocol oip|grpc` names.
-    #[arg(long, env = "LOADTEST_MODEL", default_value = "snips-minilm-l6", help_heading = heading::TARGET)]
-    pub model: String,
+    /// The model `--protocol oip|grpc` names (the worker's `--model-name`). Was `--model` (still
+    /// accepted; `LOADTEST_MODEL` still read).
+    #[arg(long = "model-name", alias = "model", env = "LOADTEST_MODEL_NAME", default_value = "snips-minilm-l6", help_heading = heading::TARGET)]
+    pub model_name: String,
 
     /// HTTP version: `1.1` (keep-alive) or `2` (h2c, prior knowledge).
     #[arg(long, env = "LOADTEST_HTTP", value_enum, default_value = "1.1", help_heading = heading::TARGET)]
@@ -191,7 +186,30 @@ pub struct Config {
     /// Send nothing: draw `--report` from a `--summary` file of an earlier run.
     #[arg(long, env = "LOADTEST_RENDER", requires = "report", help_heading = heading::OUTPUT)]
     pub render: Option<PathBuf>,
+
+    /// Log filter (`tracing` env-filter syntax), as the gateway's; `RUST_LOG` is read when neither
+    /// the flag nor `LOADTEST_LOG` is set. Logs go to stderr, the report to stdout.
+    #[arg(long, env = "LOADTEST_LOG", default_value = "info", help_heading = heading::LOGGING)]
+    pub log: String,
+
+    /// Log as JSON lines.
+    #[arg(long, env = "LOADTEST_LOG_JSON", help_heading = heading::LOGGING)]
+    pub log_json: bool,
 }
+
+/// Variables read below the flags' own (`cli::args_with_renamed_env`): old names of variables
+/// renamed to match their flags (read until the next release, with a warning), and `RUST_LOG`.
+pub const RENAMED_ENV: &[cli::Renamed] = &[
+    cli::Renamed::deprecated("LOADTEST_TIMEOUT", "LOADTEST_REQUEST_TIMEOUT", &["--request-timeout", "--timeout"]),
+    cli::Renamed::deprecated(
+        "LOADTEST_MAX_IN_FLIGHT",
+        "LOADTEST_MAX_OUTSTANDING",
+        &["--max-outstanding", "--max-in-flight"],
+    ),
+    cli::Renamed::deprecated("LOADTEST_HEADERS", "LOADTEST_HEADER", &["--header", "-H"]),
+    cli::Renamed::deprecated("LOADTEST_MODEL", "LOADTEST_MODEL_NAME", &["--model-name", "--model"]),
+    cli::Renamed::conventional("RUST_LOG", "LOADTEST_LOG", &["--log"]),
+];
 
 impl Config {
     /// The run this configuration describes.
@@ -213,7 +231,7 @@ impl Config {
                 headers: &self.headers,
                 http: self.http,
                 protocol: self.protocol,
-                model: &self.model,
+                model: &self.model_name,
             },
             &queries,
         )?;
@@ -222,7 +240,7 @@ impl Config {
         }
         let duration = self.duration.or(self.duration_s);
         let warmup = self.warmup_s.unwrap_or(self.warmup);
-        let timeout = self.timeout_s.unwrap_or(self.timeout).max(Duration::from_millis(1));
+        let timeout = self.timeout_s.unwrap_or(self.request_timeout).max(Duration::from_millis(1));
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut threads = if self.threads == 0 { cpus } else { self.threads };
 
@@ -247,7 +265,7 @@ impl Config {
                 } else {
                     (profile, false)
                 };
-                let max_in_flight = self.max_in_flight.max(1);
+                let max_in_flight = self.max_outstanding.max(1);
                 threads = threads.min(max_in_flight);
                 (
                     Load::Open { profile: Arc::new(profile), warmup_phase, max_in_flight, requests: self.requests },
@@ -361,6 +379,19 @@ mod tests {
         assert!(*warmup_phase);
         assert_eq!(profile.length(), 4.0, "1 s of warm-up at 200/s, then 3 s");
         assert_eq!(s.phases.len(), 1);
+    }
+
+    #[test]
+    fn renamed_flags_keep_their_old_names() {
+        let c = |args: &[&str]| Config::try_parse_from([&["loadtest", "--url", "http://127.0.0.1:1"], args].concat());
+        let old = c(&["--timeout", "2s", "--max-in-flight", "7", "--model", "m"]).unwrap();
+        let new = c(&["--request-timeout", "2s", "--max-outstanding", "7", "--model-name", "m"]).unwrap();
+        for cfg in [old, new] {
+            assert_eq!(
+                (cfg.request_timeout, cfg.max_outstanding, cfg.model_name.as_str()),
+                (Duration::from_secs(2), 7, "m")
+            );
+        }
     }
 
     #[test]
