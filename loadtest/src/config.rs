@@ -356,6 +356,14 @@ mod tests {
     }
 
     #[test]
+    fn the_load_generators_flags_keep_the_conventions() {
+        use clap::CommandFactory;
+        let rules = cli::check::Rules { prefix: "LOADTEST", no_env: &[], bare_seconds: &[], renamed: RENAMED_ENV };
+        let violations = cli::check::violations(Config::command(), &rules);
+        assert!(violations.is_empty(), "{}", violations.join("\n"));
+    }
+
+    #[test]
     fn durations_need_a_unit() {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));

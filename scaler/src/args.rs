@@ -191,3 +191,29 @@ pub struct ReplayArgs {
     #[arg(long, env = "SCALER_START_REPLICAS", default_value_t = 1, help_heading = heading::RUN)]
     pub start_replicas: i32,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_scalers_flags_keep_the_conventions() {
+        // `--worker-arg` has no variable: its values start with `-` and may hold any separator.
+        let rules =
+            cli::check::Rules { prefix: "SCALER", no_env: &["worker-arg"], bare_seconds: &[], renamed: RENAMED_ENV };
+        let violations = cli::check::violations(Cli::command(), &rules);
+        assert!(violations.is_empty(), "{}", violations.join("\n"));
+    }
+
+    #[test]
+    fn run_and_replay_share_the_decisions_flags() {
+        let run =
+            Cli::try_parse_from(["scaler", "replay", "x.jsonl", "--interval", "30s", "--max", "3", "--log", "debug"])
+                .unwrap();
+        let Cmd::Replay(a) = run.cmd else { panic!("replay") };
+        assert_eq!((a.decide.interval, a.decide.max), (Duration::from_secs(30), 3));
+        assert_eq!(run.log, "debug");
+        assert!(Cli::try_parse_from(["scaler", "replay", "x.jsonl", "--interval", "30"]).is_err(), "a unit is needed");
+    }
+}

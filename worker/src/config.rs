@@ -239,8 +239,16 @@ pub struct Config {
 /// conventional `ORT_DYLIB_PATH` and `RUST_LOG`.
 pub const RENAMED_ENV: &[cli::Renamed] = &[
     cli::Renamed::deprecated("WORKER_THREADS", "WORKER_INTRA_OP_THREADS", &["--intra-op-threads", "--threads"]),
-    cli::Renamed::deprecated("WORKER_QUEUE_CAPACITY", "WORKER_MAX_OUTSTANDING", &["--max-outstanding", "--queue-capacity"]),
-    cli::Renamed::deprecated("WORKER_QUEUE_CAPACITY_TOKENS", "WORKER_MAX_OUTSTANDING_TOKENS", &["--max-outstanding-tokens", "--queue-capacity-tokens"]),
+    cli::Renamed::deprecated(
+        "WORKER_QUEUE_CAPACITY",
+        "WORKER_MAX_OUTSTANDING",
+        &["--max-outstanding", "--queue-capacity"],
+    ),
+    cli::Renamed::deprecated(
+        "WORKER_QUEUE_CAPACITY_TOKENS",
+        "WORKER_MAX_OUTSTANDING_TOKENS",
+        &["--max-outstanding-tokens", "--queue-capacity-tokens"],
+    ),
     cli::Renamed::conventional("ORT_DYLIB_PATH", "WORKER_ORT_LIB", &["--ort-lib"]),
     cli::Renamed::conventional("RUST_LOG", "WORKER_LOG", &["--log"]),
 ];
@@ -333,6 +341,14 @@ fn parse_device(s: &str) -> Result<Device, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_workers_flags_keep_the_conventions() {
+        use clap::CommandFactory;
+        let rules = cli::check::Rules { prefix: "WORKER", no_env: &[], bare_seconds: &[], renamed: RENAMED_ENV };
+        let violations = cli::check::violations(Config::command(), &rules);
+        assert!(violations.is_empty(), "{}", violations.join("\n"));
+    }
 
     #[test]
     fn devices_parse() {
