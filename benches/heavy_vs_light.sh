@@ -58,7 +58,7 @@ log "heavy body: $(wc -c <"$run_dir/heavy.json") bytes"
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 # shellcheck disable=SC2086
-start_listening "$run_dir/worker" taskset -c "$SERVER_CPU" "$WORKER_BIN" --listen 127.0.0.1:0 --threads "$THREADS" $WORKER_ARGS
+start_listening "$run_dir/worker" taskset -c "$SERVER_CPU" "$WORKER_BIN" --listen 127.0.0.1:0 --intra-op-threads "$THREADS" $WORKER_ARGS
 url=$started_url
 log "worker $WORKER_BIN on $url (core $SERVER_CPU)"
 

@@ -121,7 +121,7 @@ for n in $workers_list; do
   done
   for f in $fractions; do
     rate=$(python3 -c "print(max(1, round($f * $cap)))")
-    "$bin/loadtest" --url "$gw" --rate "const($rate, ${step_s}s)" --warmup 0s --timeout 20s \
+    "$bin/loadtest" --url "$gw" --rate "const($rate, ${step_s}s)" --warmup 0s --request-timeout 20s \
       "${loadtest_args[@]}" --progress never >/dev/null 2>&1 &
     lt=$!
     sleep $((step_s - 3))

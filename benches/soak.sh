@@ -98,7 +98,7 @@ declare -A url_of
 start_worker() { # slot
   local slot=$1 n=${2:-0}
   # shellcheck disable=SC2086
-  start "$run_dir/worker$slot-$n" "$BIN_DIR/worker" --listen 127.0.0.1:0 --threads "$THREADS" $WORKER_ARGS
+  start "$run_dir/worker$slot-$n" "$BIN_DIR/worker" --listen 127.0.0.1:0 --intra-op-threads "$THREADS" $WORKER_ARGS
   url_of[$slot]=$started_url
   pid_of[worker$slot]=$started_pid
 }
@@ -137,8 +137,8 @@ else
 fi
 
 # The load, open loop.
-"$BIN_DIR/loadtest" --url "$gw" --rate "$RATE" --duration "${DURATION}s" --warmup 0s --timeout 30s \
-  --max-in-flight "$MAX_IN_FLIGHT" \
+"$BIN_DIR/loadtest" --url "$gw" --rate "$RATE" --duration "${DURATION}s" --warmup 0s --request-timeout 30s \
+  --max-outstanding "$MAX_IN_FLIGHT" \
   --interval "$INTERVAL" --progress never --summary "$run_dir/summary.json" --report "$run_dir/report.html" \
   --gateway-admin "$admin" --title "soak: $RATE req/s, a worker killed every ${KILL_EVERY}s" \
   >"$run_dir/loadtest.stdout" 2>"$run_dir/loadtest.stderr" &

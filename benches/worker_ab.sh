@@ -35,7 +35,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for c in $CONCURRENCIES; do
     for side in A B; do
       bin=$a_bin; [ "$side" = B ] && bin=$b_bin
-      start_listening "$run_dir/$side-r$round-c$c" taskset -c "$SERVER_CPU" "$bin" --listen 127.0.0.1:0 --threads "$THREADS"
+      start_listening "$run_dir/$side-r$round-c$c" taskset -c "$SERVER_CPU" "$bin" --listen 127.0.0.1:0 --intra-op-threads "$THREADS"
       url=$started_url pid=$started_pid
       taskset -c "$LOAD_CPU" wrk -t1 -c"$c" -d2s -s benches/lib/wrk_snips.lua "$url" -- "$paths" >/dev/null
       line=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$c" -d"${DURATION}s" -s benches/lib/wrk_snips.lua "$url" -- "$paths" | grep '^WRK ')

@@ -104,7 +104,7 @@ start() {
 # MAX_BATCH_ROWS queries; a query waits at most MAX_QUEUE_DELAY for companions when the backend
 # is idle (while the backend is busy, arrivals queue and leave together as the next batch anyway).
 start worker "$worker_bin" --listen 127.0.0.1:0 --model "$MODEL_DIR" --ort-lib "$ort_lib" \
-  --threads "$THREADS" --max-batch-rows "$MAX_BATCH_ROWS" --max-queue-delay "$MAX_QUEUE_DELAY"
+  --intra-op-threads "$THREADS" --max-batch-rows "$MAX_BATCH_ROWS" --max-queue-delay "$MAX_QUEUE_DELAY"
 worker_pid=$started_pid worker_url=$started_url
 start python "$py" benches/python_baseline/server.py --model "$MODEL_DIR" --threads "$THREADS" \
   --port 0 --handler "$PY_HANDLER"

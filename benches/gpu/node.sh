@@ -9,7 +9,7 @@
 #   bash benches/gpu/node.sh [APP_DIR [MODEL_DIR]]     (from the repository root, on the GPU host)
 #
 # Settings: NS ("1 2 4"), ROUNDS (3), CLIENTS (896 per worker), DURATION_S (6, after WARMUP_S 2),
-# WORKER_FLAGS ("--runtime-threads 8"), GATEWAY_FLAGS ("--threads 16"), LOADTEST_THREADS (8 per
+# WORKER_FLAGS ("--runtime-threads 8"), GATEWAY_FLAGS ("--runtime-threads 16"), LOADTEST_THREADS (8 per
 # generator). Output: a table on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +23,7 @@ warmup_s=${WARMUP_S:-2}
 duration=${duration_s}s
 warmup=${warmup_s}s
 read -r -a worker_flags <<<"${WORKER_FLAGS:---runtime-threads 8}"
-read -r -a gateway_flags <<<"${GATEWAY_FLAGS:---threads 16}"
+read -r -a gateway_flags <<<"${GATEWAY_FLAGS:---runtime-threads 16}"
 lt_threads=${LOADTEST_THREADS:-8}
 work=$(mktemp -d)
 pids=()

@@ -34,13 +34,13 @@
 # Settings: CLIENTS ["1 128 512"] (the closed-loop steps of the worker and gateway sections),
 # DURATION [8s] per closed-loop step (after WARMUP [2s]), KNEE_RATES [20000 40000 60000
 # 80000 100000 120000 150000 180000] (STEP [5s] each, after KNEE_WARMUP [1s] at the first rate), VARIANTS (';'-separated worker flag sets,
-# default "--io-binding;--threads 16 --ort-spinning on" (the second is about the old defaults:
+# default "--io-binding;--intra-op-threads 16 --ort-spinning on" (the second is about the old defaults:
 # ONNX Runtime's pool of one thread per core, spinning); empty: none), WORKER_FLAGS (the main worker's flags,
-# default below), EXTRA_WORKER_FLAGS (appended to them, replacing any flag of the same name), GATEWAY_FLAGS (more gateway flags, e.g. `--threads 8`), LOADTEST_THREADS [0: one per CPU], PERF [perf], ONLY (comma list of the sections
+# default below), EXTRA_WORKER_FLAGS (appended to them, replacing any flag of the same name), GATEWAY_FLAGS (more gateway flags, e.g. `--runtime-threads 8`), LOADTEST_THREADS [0: one per CPU], PERF [perf], ONLY (comma list of the sections
 # worker,knee,gateway,variants,fake to run; default all), DEVICE [cuda:0] (`cpu` for a dry run
 # without a GPU). The figures set against issue 14's goals (benches/RESULTS.md, GPU sittings 7-10)
 # were taken with CLIENTS="1 640 896" (768 for the gateway), EXTRA_WORKER_FLAGS="--runtime-threads 8"
-# and GATEWAY_FLAGS="--threads 8": at 512 clients the worker's batches do not fill.
+# and GATEWAY_FLAGS="--runtime-threads 8": at 512 clients the worker's batches do not fill.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -51,7 +51,7 @@ WARMUP=${WARMUP:-2s}
 KNEE_RATES=${KNEE_RATES:-"20000 40000 60000 80000 100000 120000 150000 180000"}
 STEP=${STEP:-5s}
 KNEE_WARMUP=${KNEE_WARMUP:-1s}
-VARIANTS=${VARIANTS---io-binding;--threads 16 --ort-spinning on}
+VARIANTS=${VARIANTS---io-binding;--intra-op-threads 16 --ort-spinning on}
 WORKER_FLAGS=${WORKER_FLAGS:---max-batch-rows 256 --max-batch-tokens 16384 --max-queue-delay 1ms --queue-capacity 8192}
 # A flag in EXTRA_WORKER_FLAGS replaces the same flag of WORKER_FLAGS (each of these takes one
 # value; the worker refuses a flag given twice).
@@ -297,7 +297,7 @@ if want worker || want knee || want gateway; then
   fi
   if want knee; then
     profile_arg="steps($(tr ' ' ,  <<<"$KNEE_RATES"), $STEP)"
-    step knee steps "$addr" - --rate "$profile_arg" --max-in-flight 8192
+    step knee steps "$addr" - --rate "$profile_arg" --max-outstanding 8192
   fi
   if want gateway; then
     # shellcheck disable=SC2086

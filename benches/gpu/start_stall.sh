@@ -31,15 +31,15 @@ if [ -x "$app/fake_worker" ]; then
   start_listening "$out/fake" "$app/fake_worker" --listen 127.0.0.1:0 --model "$model" "${flags[@]}"
   url=$started_url
   run fake-c896 -c 896 --duration 2s
-  run fake-open40k --rate 'steps(40000,40000, 2s)' --max-in-flight 8192
+  run fake-open40k --rate 'steps(40000,40000, 2s)' --max-outstanding 8192
   kill "$started_pid"; wait "$started_pid" 2>/dev/null || true
 fi
 start_listening "$out/worker" "$app/worker" --listen 127.0.0.1:0 --model "$model" --device cuda:0 \
   --ort-lib "$ORT_DYLIB_PATH" "${flags[@]}"
 url=$started_url
 run gpu-c896 -c 896 --duration 2s
-run gpu-open40k --rate 'steps(40000,40000, 2s)' --max-in-flight 8192
-run gpu-open40k-again --rate 'steps(40000,40000, 2s)' --max-in-flight 8192
+run gpu-open40k --rate 'steps(40000,40000, 2s)' --max-outstanding 8192
+run gpu-open40k-again --rate 'steps(40000,40000, 2s)' --max-outstanding 8192
 run gpu-c896x2 -c 896,896 --duration 2s
-run gpu-open40k-cap256 --rate 'steps(40000,40000, 2s)' --max-in-flight 256
+run gpu-open40k-cap256 --rate 'steps(40000,40000, 2s)' --max-outstanding 256
 run gpu-c64 -c 64 --duration 2s

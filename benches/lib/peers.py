@@ -134,7 +134,7 @@ def latency() -> None:
 def memory() -> None:
     soak, rate = int(E["SOAK"]), E["SOAK_RATE"]
     cmd = ["taskset", "-c", CORE, LT, "--url", E["FAST_URL"], "--rate", rate, "-d", f"{soak}s", "--warmup", "0s",
-           "--json", "--max-in-flight", "256"]
+           "--json", "--max-outstanding", "256"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     samples = []
     t0 = time.time()

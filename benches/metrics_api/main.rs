@@ -115,7 +115,7 @@ async fn main() {
     let mock = MockApi::start(&dir, Default::default(), &["hpa"]).await;
 
     let mut w = pinned(std::env::var("WORKER_CORE").ok(), &worker_bin);
-    w.args(["--listen", "127.0.0.1:0", "--model", &model, "--threads", "1"]).env("RUST_LOG", "warn");
+    w.args(["--listen", "127.0.0.1:0", "--model", &model, "--intra-op-threads", "1"]).env("RUST_LOG", "warn");
     let (_worker, worker_url) = start(w, "listening on ").await;
 
     let (admin_flag, admin_line) = admin_port();

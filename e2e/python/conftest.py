@@ -73,7 +73,7 @@ def worker():
     if not ort:
         pytest.fail("ORT_DYLIB_PATH is not set (scripts/test.sh sets it from scripts/fetch-ort.sh)")
     s = Server([binary("worker"), "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
-                "--model", str(ROOT / "models" / MODEL), "--ort-lib", ort, "--threads", "1"])
+                "--model", str(ROOT / "models" / MODEL), "--ort-lib", ort, "--intra-op-threads", "1"])
     yield s
     s.stop()
 

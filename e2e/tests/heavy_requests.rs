@@ -23,7 +23,7 @@ fn heavy_body() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn light_requests_are_answered_quickly_while_heavy_ones_run() {
     let mut cmd = Command::new(testkit::bin("worker"));
-    cmd.args(["--listen", "127.0.0.1:0", "--threads", "1"]).arg("--model").arg(testkit::model_dir());
+    cmd.args(["--listen", "127.0.0.1:0", "--intra-op-threads", "1"]).arg("--model").arg(testkit::model_dir());
     cmd.arg("--ort-lib").arg(testkit::ort_lib()).env("RUST_LOG", "warn");
     let w = Server::start(cmd).await;
     let c = client();

@@ -16,7 +16,7 @@ use tokio::process::Command;
 async fn start_worker() -> Server {
     let mut cmd = Command::new(testkit::bin("worker"));
     cmd.arg("--listen").arg("127.0.0.1:0").arg("--model").arg(testkit::model_dir());
-    cmd.arg("--ort-lib").arg(testkit::ort_lib()).args(["--threads", "1"]).env("RUST_LOG", "warn");
+    cmd.arg("--ort-lib").arg(testkit::ort_lib()).args(["--intra-op-threads", "1"]).env("RUST_LOG", "warn");
     Server::start(cmd).await
 }
 

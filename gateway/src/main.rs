@@ -3,7 +3,6 @@
 
 use anyhow::Context;
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc malloc: every proxied request allocates and frees a few dozen small
 /// blocks (headers, buffers, futures); glibc's malloc/free were ~10 % of the gateway's user CPU
@@ -12,14 +11,8 @@ use tracing_subscriber::EnvFilter;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    let config = gateway::Config::parse_from(listener::args_with_renamed_env(gateway::RENAMED_ENV));
-    let filter = EnvFilter::try_new(&config.log).context("bad --log filter")?;
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if config.log_json {
-        fmt.json().init();
-    } else {
-        fmt.init();
-    }
+    let config = gateway::Config::parse_from(cli::args_with_renamed_env(gateway::RENAMED_ENV));
+    cli::log::init(&config.log, config.log_json)?;
     let threads = config.runtime_threads();
     let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()

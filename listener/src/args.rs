@@ -80,6 +80,7 @@ env_names!(
 
 /// Connection hygiene of the client port (`#[command(flatten)]` into the binary's config).
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Connections")]
 pub struct ListenerArgs<E: EnvNames> {
     /// Longest a client may take to send a request head (request line and headers), counted
     /// from its first byte, or from the connection's opening for its first request. Past it the

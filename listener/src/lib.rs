@@ -52,7 +52,6 @@ mod metrics;
 mod nofile;
 mod phase;
 mod registry;
-mod renamed;
 mod server;
 mod service;
 pub mod shard;
@@ -70,7 +69,6 @@ pub use io::{LINGER_BYTES, LINGER_TIME};
 pub use metrics::Metrics;
 pub use nofile::raise_nofile_limit;
 pub use phase::TimeoutKind;
-pub use renamed::{Renamed, args_with_renamed_env, with_renamed_env};
 pub use server::Server;
 pub use signal::stop_signal;
 

@@ -15,19 +15,9 @@ use crate::signal::Source;
 use crate::summary::TargetInfo;
 use crate::target::{self, Http, Shape, Spec, Target};
 
-/// Parse a duration: `250ms`, `10s`, `1.5s`, `2m`, `1h` (a unit is required).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, scale) = [("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
-        .iter()
-        .find_map(|(unit, scale)| s.strip_suffix(unit).map(|n| (n, *scale)))
-        .ok_or_else(|| format!("not a duration: {s:?} (write 250ms, 10s, 2m or 1h)"))?;
-    let v: f64 = num.trim().parse().map_err(|_| format!("not a duration: {s:?} (write 250ms, 10s, 2m or 1h)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("not a duration: {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(v * scale))
-}
+/// Parse a duration: `250ms`, `10s`, `1.5s`, `2m`, `1h 30m` (`humantime`, the one duration syntax
+/// of the project's binaries; a unit is required, except for `0`).
+pub use cli::parse_duration;
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("not a number of seconds: {s:?}"))?;
@@ -35,6 +25,15 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
         return Err(format!("not a number of seconds: {s:?}"));
     }
     Ok(Duration::from_secs_f64(v))
+}
+
+/// The `--help` headings, one per concern.
+mod heading {
+    pub const TARGET: &str = "Target";
+    pub const LOAD: &str = "Load";
+    pub const SIGNAL: &str = "Gateway signal";
+    pub const OUTPUT: &str = "Output";
+    pub const LOGGING: &str = "Logging";
 }
 
 /// Load generator for `/predict` of a worker or gateway (or any HTTP server).
@@ -49,37 +48,38 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 #[command(name = "loadtest", version, about, long_about)]
 pub struct Config {
     /// Base URL of the server, e.g. `http://127.0.0.1:8080`; requests go to `<url><path>`.
-    #[arg(long, env = "LOADTEST_URL", required_unless_present = "render")]
+    #[arg(long, env = "LOADTEST_URL", required_unless_present = "render", help_heading = heading::TARGET)]
     pub url: Option<String>,
 
     /// Path to request (`/predict`, or `/pools/NAME/predict` on a gateway).
-    #[arg(long, env = "LOADTEST_PATH", default_value = "/predict")]
+    #[arg(long, env = "LOADTEST_PATH", default_value = "/predict", help_heading = heading::TARGET)]
     pub path: String,
 
     /// Closed loop: clients; a comma-separated list runs one step per value.
-    #[arg(short = 'c', long, env = "LOADTEST_CONCURRENCY", value_delimiter = ',', default_value = "8")]
+    #[arg(short = 'c', long, env = "LOADTEST_CONCURRENCY", value_delimiter = ',', default_value = "8", help_heading = heading::LOAD)]
     pub concurrency: Vec<usize>,
 
     /// Open loop: the rate profile, in requests/s (`200`, `steps(10 20 40 20 10, 15s)`, ...).
-    #[arg(short = 'r', long, env = "LOADTEST_RATE", conflicts_with = "concurrency")]
+    #[arg(short = 'r', long, env = "LOADTEST_RATE", conflicts_with = "concurrency", help_heading = heading::LOAD)]
     pub rate: Option<String>,
 
     /// Length of each closed-loop step, and of an open-ended rate (`200`); `10s` unless
     /// `--requests` is given.
-    #[arg(short = 'd', long, env = "LOADTEST_DURATION", value_parser = parse_duration)]
+    #[arg(short = 'd', long, env = "LOADTEST_DURATION", value_parser = parse_duration, help_heading = heading::LOAD)]
     pub duration: Option<Duration>,
 
     /// Stop after this many measured requests (per step in a closed loop).
-    #[arg(short = 'n', long, env = "LOADTEST_REQUESTS")]
+    #[arg(short = 'n', long, env = "LOADTEST_REQUESTS", help_heading = heading::LOAD)]
     pub requests: Option<u64>,
 
     /// Unmeasured warm-up before each closed-loop step, or at the profile's starting rate.
-    #[arg(long, env = "LOADTEST_WARMUP", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "LOADTEST_WARMUP", default_value = "1s", value_parser = parse_duration, help_heading = heading::LOAD)]
     pub warmup: Duration,
 
-    /// Per-request timeout (counted as a `timeout` error).
-    #[arg(long, env = "LOADTEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    pub timeout: Duration,
+    /// Per-request timeout (counted as a `timeout` error). Named as the gateway's and the worker's
+    /// `--request-timeout`; was `--timeout` (still accepted; `LOADTEST_TIMEOUT` still read).
+    #[arg(long = "request-timeout", alias = "timeout", env = "LOADTEST_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration, help_heading = heading::LOAD)]
+    pub request_timeout: Duration,
 
     /// Deprecated: `--duration` in seconds.
     #[arg(long, hide = true, value_parser = parse_seconds, conflicts_with = "duration")]
@@ -89,100 +89,127 @@ pub struct Config {
     #[arg(long, hide = true, value_parser = parse_seconds)]
     pub warmup_s: Option<Duration>,
 
-    /// Deprecated: `--timeout` in seconds.
+    /// Deprecated: `--request-timeout` in seconds.
     #[arg(long, hide = true, value_parser = parse_seconds)]
     pub timeout_s: Option<Duration>,
 
     /// Open loop: most requests outstanding at once (each HTTP/1.1 one has its own connection).
-    /// Beyond it a due request waits for one to finish, and the wait counts in its latency.
-    #[arg(long, env = "LOADTEST_MAX_IN_FLIGHT", default_value_t = 4096)]
-    pub max_in_flight: usize,
+    /// Beyond it a due request waits for one to finish, and the wait counts in its latency. Named
+    /// as the gateway's limit of the same kind; was `--max-in-flight` (still accepted;
+    /// `LOADTEST_MAX_IN_FLIGHT` still read).
+    #[arg(long = "max-outstanding", alias = "max-in-flight", env = "LOADTEST_MAX_OUTSTANDING", default_value_t = 4096, help_heading = heading::LOAD)]
+    pub max_outstanding: usize,
 
     /// How queries are sent: `get` (`?query=`) or `post` (a JSON body).
-    #[arg(long, env = "LOADTEST_METHOD", value_enum, default_value = "get")]
+    #[arg(long, env = "LOADTEST_METHOD", value_enum, default_value = "get", help_heading = heading::TARGET)]
     pub method: Shape,
 
     /// With `--method post`: queries per request (`{"queries": [...]}` above 1).
-    #[arg(long, env = "LOADTEST_BATCH", default_value_t = 1)]
+    #[arg(long, env = "LOADTEST_BATCH", default_value_t = 1, help_heading = heading::TARGET)]
     pub batch: usize,
 
     /// File of queries, one a line; by default the built-in SNIPS test utterances.
-    #[arg(long, env = "LOADTEST_QUERIES")]
+    #[arg(long, env = "LOADTEST_QUERIES", help_heading = heading::TARGET)]
     pub queries: Option<PathBuf>,
 
-    /// Extra request header, `"Name: value"` (repeatable).
-    #[arg(short = 'H', long = "header", env = "LOADTEST_HEADERS", value_delimiter = '\n')]
+    /// Extra request header, `"Name: value"` (repeatable; one a line in the variable).
+    /// (`LOADTEST_HEADERS` is still read.)
+    #[arg(short = 'H', long = "header", env = "LOADTEST_HEADER", value_delimiter = '\n', help_heading = heading::TARGET)]
     pub headers: Vec<String>,
 
     /// Protocol: `predict` (`/predict`, as `--method` says), `oip` (the Open Inference Protocol
-    /// over REST, `POST /v2/models/{--model}/infer`) or `grpc` (its gRPC `ModelInfer` on h2c;
+    /// over REST, `POST /v2/models/{--model-name}/infer`) or `grpc` (its gRPC `ModelInfer` on h2c;
     /// implies `--http 2`). `oip` and `grpc` send `--batch` texts per request.
-    #[arg(long, env = "LOADTEST_PROTOCOL", value_enum, default_value = "predict")]
+    #[arg(long, env = "LOADTEST_PROTOCOL", value_enum, default_value = "predict", help_heading = heading::TARGET)]
     pub protocol: target::Protocol,
 
-    /// The model `--protocol oip|grpc` names.
-    #[arg(long, env = "LOADTEST_MODEL", default_value = "snips-minilm-l6")]
-    pub model: String,
+    /// The model `--protocol oip|grpc` names (the worker's `--model-name`). Was `--model` (still
+    /// accepted; `LOADTEST_MODEL` still read).
+    #[arg(long = "model-name", alias = "model", env = "LOADTEST_MODEL_NAME", default_value = "snips-minilm-l6", help_heading = heading::TARGET)]
+    pub model_name: String,
 
     /// HTTP version: `1.1` (keep-alive) or `2` (h2c, prior knowledge).
-    #[arg(long, env = "LOADTEST_HTTP", value_enum, default_value = "1.1")]
+    #[arg(long, env = "LOADTEST_HTTP", value_enum, default_value = "1.1", help_heading = heading::TARGET)]
     pub http: Http,
 
     /// HTTP/2: connections per thread; requests are multiplexed over them.
-    #[arg(long, env = "LOADTEST_H2_CONNECTIONS", default_value_t = 1)]
+    #[arg(long, env = "LOADTEST_H2_CONNECTIONS", default_value_t = 1, help_heading = heading::TARGET)]
     pub h2_connections: usize,
 
     /// Load threads (each a single-threaded runtime); 0: one per CPU this process may use.
-    #[arg(long, env = "LOADTEST_THREADS", default_value_t = 0)]
+    #[arg(long, env = "LOADTEST_THREADS", default_value_t = 0, help_heading = heading::LOAD)]
     pub threads: usize,
 
     /// Time resolution of the timeline, the live display and the report.
-    #[arg(long, env = "LOADTEST_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "LOADTEST_INTERVAL", default_value = "1s", value_parser = parse_duration, help_heading = heading::OUTPUT)]
     pub interval: Duration,
 
     /// Live display: `auto` (when stdout is a terminal), `always`, `never`.
-    #[arg(long, env = "LOADTEST_PROGRESS", value_enum, default_value = "auto")]
+    #[arg(long, env = "LOADTEST_PROGRESS", value_enum, default_value = "auto", help_heading = heading::OUTPUT)]
     pub progress: When,
 
     /// Print one JSON object per phase (a line each) instead of the table.
-    #[arg(long, env = "LOADTEST_JSON")]
+    #[arg(long, env = "LOADTEST_JSON", help_heading = heading::OUTPUT)]
     pub json: bool,
 
     /// Write the whole run as JSON (summary, phases, timeline, signal, series) to this file.
-    #[arg(long, env = "LOADTEST_SUMMARY")]
+    #[arg(long, env = "LOADTEST_SUMMARY", help_heading = heading::OUTPUT)]
     pub summary: Option<PathBuf>,
 
     /// Write a self-contained HTML report to this file (its path is printed at the end).
-    #[arg(long, env = "LOADTEST_REPORT")]
+    #[arg(long, env = "LOADTEST_REPORT", help_heading = heading::OUTPUT)]
     pub report: Option<PathBuf>,
 
     /// Title of the report.
-    #[arg(long, env = "LOADTEST_TITLE")]
+    #[arg(long, env = "LOADTEST_TITLE", help_heading = heading::OUTPUT)]
     pub title: Option<String>,
 
     /// A gateway's admin URL (e.g. `http://127.0.0.1:9090`): its pool's scaling signal and
     /// workers are sampled during the run (`GET /pools/{pool}/signal`) and shown.
-    #[arg(long, env = "LOADTEST_GATEWAY_ADMIN")]
+    #[arg(long, env = "LOADTEST_GATEWAY_ADMIN", help_heading = heading::SIGNAL)]
     pub gateway_admin: Option<String>,
 
     /// The pool whose signal is sampled.
-    #[arg(long, env = "LOADTEST_POOL", default_value = "default")]
+    #[arg(long, env = "LOADTEST_POOL", default_value = "default", help_heading = heading::SIGNAL)]
     pub pool: String,
 
     /// How often the signal is sampled.
-    #[arg(long, env = "LOADTEST_SIGNAL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "LOADTEST_SIGNAL_INTERVAL", default_value = "1s", value_parser = parse_duration, help_heading = heading::SIGNAL)]
     pub signal_interval: Duration,
 
     /// JSON-lines file of the caller's own series, followed during the run and drawn in the
     /// report: `{"t": SECONDS, "series": "replicas_desired", "value": 3}` (repeatable; `t` in
     /// Unix seconds, or seconds since the start).
-    #[arg(long = "series", env = "LOADTEST_SERIES", value_delimiter = ',')]
+    #[arg(long = "series", env = "LOADTEST_SERIES", value_delimiter = ',', help_heading = heading::OUTPUT)]
     pub series: Vec<PathBuf>,
 
     /// Send nothing: draw `--report` from a `--summary` file of an earlier run.
-    #[arg(long, env = "LOADTEST_RENDER", requires = "report")]
+    #[arg(long, env = "LOADTEST_RENDER", requires = "report", help_heading = heading::OUTPUT)]
     pub render: Option<PathBuf>,
+
+    /// Log filter (`tracing` env-filter syntax), as the gateway's; `RUST_LOG` is read when neither
+    /// the flag nor `LOADTEST_LOG` is set. Logs go to stderr, the report to stdout.
+    #[arg(long, env = "LOADTEST_LOG", default_value = "info", help_heading = heading::LOGGING)]
+    pub log: String,
+
+    /// Log as JSON lines.
+    #[arg(long, env = "LOADTEST_LOG_JSON", help_heading = heading::LOGGING)]
+    pub log_json: bool,
 }
+
+/// Variables read below the flags' own (`cli::args_with_renamed_env`): old names of variables
+/// renamed to match their flags (read until the next release, with a warning), and `RUST_LOG`.
+pub const RENAMED_ENV: &[cli::Renamed] = &[
+    cli::Renamed::deprecated("LOADTEST_TIMEOUT", "LOADTEST_REQUEST_TIMEOUT", &["--request-timeout", "--timeout"]),
+    cli::Renamed::deprecated(
+        "LOADTEST_MAX_IN_FLIGHT",
+        "LOADTEST_MAX_OUTSTANDING",
+        &["--max-outstanding", "--max-in-flight"],
+    ),
+    cli::Renamed::deprecated("LOADTEST_HEADERS", "LOADTEST_HEADER", &["--header", "-H"]),
+    cli::Renamed::deprecated("LOADTEST_MODEL", "LOADTEST_MODEL_NAME", &["--model-name", "--model"]),
+    cli::Renamed::conventional("RUST_LOG", "LOADTEST_LOG", &["--log"]),
+];
 
 impl Config {
     /// The run this configuration describes.
@@ -204,7 +231,7 @@ impl Config {
                 headers: &self.headers,
                 http: self.http,
                 protocol: self.protocol,
-                model: &self.model,
+                model: &self.model_name,
             },
             &queries,
         )?;
@@ -213,7 +240,7 @@ impl Config {
         }
         let duration = self.duration.or(self.duration_s);
         let warmup = self.warmup_s.unwrap_or(self.warmup);
-        let timeout = self.timeout_s.unwrap_or(self.timeout).max(Duration::from_millis(1));
+        let timeout = self.timeout_s.unwrap_or(self.request_timeout).max(Duration::from_millis(1));
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut threads = if self.threads == 0 { cpus } else { self.threads };
 
@@ -238,7 +265,7 @@ impl Config {
                 } else {
                     (profile, false)
                 };
-                let max_in_flight = self.max_in_flight.max(1);
+                let max_in_flight = self.max_outstanding.max(1);
                 threads = threads.min(max_in_flight);
                 (
                     Load::Open { profile: Arc::new(profile), warmup_phase, max_in_flight, requests: self.requests },
@@ -329,6 +356,14 @@ mod tests {
     }
 
     #[test]
+    fn the_load_generators_flags_keep_the_conventions() {
+        use clap::CommandFactory;
+        let rules = cli::check::Rules { prefix: "LOADTEST", no_env: &[], bare_seconds: &[], renamed: RENAMED_ENV };
+        let violations = cli::check::violations(Config::command(), &rules);
+        assert!(violations.is_empty(), "{}", violations.join("\n"));
+    }
+
+    #[test]
     fn durations_need_a_unit() {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
@@ -352,6 +387,19 @@ mod tests {
         assert!(*warmup_phase);
         assert_eq!(profile.length(), 4.0, "1 s of warm-up at 200/s, then 3 s");
         assert_eq!(s.phases.len(), 1);
+    }
+
+    #[test]
+    fn renamed_flags_keep_their_old_names() {
+        let c = |args: &[&str]| Config::try_parse_from([&["loadtest", "--url", "http://127.0.0.1:1"], args].concat());
+        let old = c(&["--timeout", "2s", "--max-in-flight", "7", "--model", "m"]).unwrap();
+        let new = c(&["--request-timeout", "2s", "--max-outstanding", "7", "--model-name", "m"]).unwrap();
+        for cfg in [old, new] {
+            assert_eq!(
+                (cfg.request_timeout, cfg.max_outstanding, cfg.model_name.as_str()),
+                (Duration::from_secs(2), 7, "m")
+            );
+        }
     }
 
     #[test]

@@ -65,7 +65,7 @@ async fn when_every_sender_is_busy_the_wait_for_one_counts_in_the_latency() {
     // the stall wait for it, and their latency still runs from their due time.
     let (server, _) = stalling_server().await;
     let s =
-        run(&server.url(), &["--rate", "const(100, 4s)", "--warmup", "0s", "--threads", "1", "--max-in-flight", "1"])
+        run(&server.url(), &["--rate", "const(100, 4s)", "--warmup", "0s", "--threads", "1", "--max-outstanding", "1"])
             .await;
     let t = &s.total;
     assert_eq!(t.ok, 400);

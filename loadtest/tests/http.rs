@@ -98,7 +98,8 @@ async fn failures_are_counted_by_status_error_type_and_transport_kind() {
     let dir = tempdir("errors");
     let file = dir.join("q.txt");
     std::fs::write(&file, "ok\noverloaded\nunavailable\nhtml\nclose\nslow\n").unwrap();
-    let args = ["-c", "1", "-n", "60", "--warmup", "0s", "--timeout", "100ms", "--queries", file.to_str().unwrap()];
+    let args =
+        ["-c", "1", "-n", "60", "--warmup", "0s", "--request-timeout", "100ms", "--queries", file.to_str().unwrap()];
     let s = run(&server.url(), &args).await;
     let t = &s.total;
     assert_eq!(t.requests, 60);

@@ -19,6 +19,7 @@ pub enum AuthorizationMode {
 
 /// External metrics API (`external.metrics.k8s.io/v1beta1`) for the HPA.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Metrics API")]
 pub struct MetricsApiConfig {
     /// HTTPS address of the external metrics API (`external.metrics.k8s.io/v1beta1`, for an
     /// APIService), e.g. `0.0.0.0:6443`; off when unset.

@@ -4,6 +4,7 @@
 //! worker processes through the gateway's worker file ([`workers`]).
 #![forbid(unsafe_code)]
 
+pub mod args;
 pub mod behavior;
 pub mod certs;
 pub mod client;

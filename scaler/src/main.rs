@@ -1,174 +1,21 @@
 //! `scaler certs | run | replay`: see the crate's README.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use clap::{Args, Parser, Subcommand};
+use anyhow::bail;
+use clap::Parser;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use scaler::behavior::{BUILTIN_TARGET, Behavior};
+use scaler::args::{Cli, Cmd, RunArgs};
 use scaler::client::{MetricsClient, Target};
-use scaler::hpa::{Controller, Spec};
+use scaler::decision_line;
 use scaler::series::{self, SeriesWriter};
 use scaler::workers::{WorkerConfig, Workers};
-use scaler::{decision_line, quantity};
-
-#[derive(Parser)]
-#[command(
-    version,
-    about = "A local HPA: reads the gateway's external metric, decides as the HPA does, runs CPU workers"
-)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Write a CA, the gateway's serving certificate, the scaler's client certificate and a
-    /// front-proxy CA into DIR (ca.crt, server.crt/.key, client.crt/.key, front-proxy-ca.crt).
-    Certs {
-        dir: PathBuf,
-        /// The client certificate's CN (the user the gateway sees).
-        #[arg(long, default_value = "system:serviceaccount:kube-system:horizontal-pod-autoscaler")]
-        client_cn: String,
-        /// The client certificate's O (its group).
-        #[arg(long, default_value = "system:authenticated")]
-        client_org: String,
-    },
-    /// Scale CPU workers between --min and --max on the gateway's metric.
-    Run(Box<RunArgs>),
-    /// The decisions over a recorded signal (JSON lines), offline.
-    Replay(ReplayArgs),
-}
-
-#[derive(Args, Clone)]
-struct Decide {
-    /// minReplicas; 0 scales to zero as the HPA does with HPAScaleToZero (an External metric). The
-    /// scaler starts max(min, 1) workers, as a Deployment starts with replicas 1 under an HPA
-    #[arg(long, env = "SCALER_MIN", default_value_t = 1, value_parser = clap::value_parser!(i32).range(0..))]
-    min: i32,
-    /// maxReplicas
-    #[arg(long, env = "SCALER_MAX", default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..))]
-    max: i32,
-    /// target.averageValue (a Kubernetes quantity); the chart's default
-    #[arg(long, env = "SCALER_TARGET", default_value = BUILTIN_TARGET)]
-    target: String,
-    /// --horizontal-pod-autoscaler-tolerance (both directions; the behavior's scaleUp.tolerance and
-    /// scaleDown.tolerance win where set)
-    #[arg(long, env = "SCALER_TOLERANCE", default_value_t = 0.1)]
-    tolerance: f64,
-    /// The HPA's `behavior` (YAML: scaleUp, scaleDown); default: the chart's
-    #[arg(long, env = "SCALER_BEHAVIOR")]
-    behavior: Option<PathBuf>,
-    /// The metric's name
-    #[arg(long, env = "SCALER_METRIC", default_value = "gateway_pool_signal")]
-    metric: String,
-}
-
-impl Decide {
-    fn controller(&self) -> anyhow::Result<Controller> {
-        if self.min > self.max {
-            bail!("--min {} is above --max {}", self.min, self.max);
-        }
-        if !(self.tolerance >= 0.0 && self.tolerance.is_finite()) {
-            bail!("--tolerance {}: must be 0 or more", self.tolerance);
-        }
-        let target_milli = quantity::milli_value(&self.target).context("--target")?;
-        if target_milli <= 0 {
-            bail!("--target {}: must be above zero", self.target);
-        }
-        let behavior = match &self.behavior {
-            Some(p) => Behavior::from_file(p)?,
-            None => Behavior::builtin(),
-        };
-        Ok(Controller::new(Spec {
-            min_replicas: self.min,
-            max_replicas: self.max,
-            target_milli,
-            tolerance: self.tolerance,
-            behavior,
-            metric_name: self.metric.clone(),
-        }))
-    }
-}
-
-#[derive(Args)]
-struct RunArgs {
-    #[command(flatten)]
-    decide: Decide,
-    /// The gateway's metrics API (`https://HOST:PORT`, as printed by `metrics API listening on`)
-    #[arg(long, env = "SCALER_METRICS_API")]
-    metrics_api: String,
-    /// CA that signed the metrics API's serving certificate
-    #[arg(long, env = "SCALER_CA_FILE")]
-    ca_file: PathBuf,
-    /// The scaler's client certificate (PEM)
-    #[arg(long, env = "SCALER_CERT_FILE")]
-    cert_file: PathBuf,
-    /// Its key (PEM)
-    #[arg(long, env = "SCALER_KEY_FILE")]
-    key_file: PathBuf,
-    #[arg(long, env = "SCALER_NAMESPACE", default_value = "default")]
-    namespace: String,
-    /// The pool: the metric's selector is `pool=NAME`, and the worker file's lines name it
-    #[arg(long, env = "SCALER_POOL", default_value = "default")]
-    pool: String,
-    /// The HPA's sync period (kube-controller-manager's --horizontal-pod-autoscaler-sync-period)
-    #[arg(long, env = "SCALER_INTERVAL", default_value = "15s", value_parser = humantime::parse_duration)]
-    interval: Duration,
-    /// The gateway's --worker-file (the scaler owns it)
-    #[arg(long, env = "SCALER_WORKER_FILE")]
-    worker_file: PathBuf,
-    /// The gateway's --worker-file-interval
-    #[arg(long, env = "SCALER_WORKER_FILE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
-    worker_file_interval: Duration,
-    /// The gateway's admin URL: a leaving worker gets SIGTERM once /v1/pools no longer lists it
-    #[arg(long, env = "SCALER_GATEWAY_ADMIN")]
-    gateway_admin: Option<String>,
-    /// The worker binary
-    #[arg(long, env = "SCALER_WORKER_BIN", default_value = "target/release/worker")]
-    worker_bin: PathBuf,
-    /// A worker argument (repeatable; `--listen 127.0.0.1:0` is added)
-    #[arg(long = "worker-arg", allow_hyphen_values = true)]
-    worker_args: Vec<String>,
-    /// Place each worker on a device of its own, adding `--device D`: a comma-separated list
-    /// (`cuda:0,cuda:1`), or `gpus` for every GPU of this host (`CUDA_VISIBLE_DEVICES`, else the
-    /// driver's count). A worker starts only on a free device: at most one worker per GPU.
-    #[arg(long, env = "SCALER_WORKER_DEVICES")]
-    worker_devices: Option<String>,
-    /// Worker logs: DIR/worker-N.log
-    #[arg(long, env = "SCALER_WORKER_LOG_DIR")]
-    worker_log_dir: Option<PathBuf>,
-    /// How long a SIGTERMed worker may drain before SIGKILL
-    #[arg(long, env = "SCALER_DRAIN_TIMEOUT", default_value = "40s", value_parser = humantime::parse_duration)]
-    drain_timeout: Duration,
-    /// JSON lines for loadtest's report (`loadtest --series FILE`)
-    #[arg(long, env = "SCALER_SERIES")]
-    series: Option<PathBuf>,
-    /// Stop (and stop the workers) after this long; default: until SIGTERM or Ctrl-C
-    #[arg(long, env = "SCALER_DURATION", value_parser = humantime::parse_duration)]
-    duration: Option<Duration>,
-}
-
-#[derive(Args)]
-struct ReplayArgs {
-    #[command(flatten)]
-    decide: Decide,
-    /// JSON lines with `t` (s) or `t_ms`, and the metric (a field of that name, or series lines)
-    input: PathBuf,
-    /// The sync period
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
-    interval: Duration,
-    /// Replicas at the start
-    #[arg(long, default_value_t = 1)]
-    start_replicas: i32,
-}
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    match cli.cmd {
+    let opts = Cli::parse_from(cli::args_with_renamed_env(scaler::args::RENAMED_ENV));
+    cli::log::init(&opts.log, opts.log_json)?;
+    match opts.cmd {
         Cmd::Certs { dir, client_cn, client_org } => {
             let f = scaler::certs::generate(&dir, &client_cn, &client_org)?;
             println!("ca: {}", f.ca.display());
@@ -184,7 +31,7 @@ fn main() -> anyhow::Result<()> {
                 bail!("{}: no {} values", a.input.display(), a.decide.metric);
             }
             let target = ctl.spec.target_milli;
-            for (t, d) in scaler::replay::replay(&mut ctl, &pts, a.interval, a.start_replicas) {
+            for (t, d) in scaler::replay::replay(&mut ctl, &pts, a.decide.interval, a.start_replicas) {
                 println!("{}", decision_line(&format!("t={t:>6.1}s"), &d, target));
             }
             Ok(())
@@ -239,7 +86,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         a.decide.metric,
         a.metrics_api,
         client.target().path(),
-        a.interval,
+        a.decide.interval,
         a.decide.target,
         a.decide.min,
         a.decide.max,
@@ -261,7 +108,7 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
     out.point(now, series::REPLICAS, f64::from(n));
     out.point(now, series::DESIRED, f64::from(n));
 
-    let mut ticker = tokio::time::interval(a.interval);
+    let mut ticker = tokio::time::interval(a.decide.interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let stop_at = a.duration.map(|d| Instant::now() + d);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

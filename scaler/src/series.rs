@@ -38,7 +38,7 @@ impl SeriesWriter {
         if let Some(f) = self.file.as_mut() {
             let line = serde_json::json!({"t": t, "series": series, "value": value});
             if let Err(e) = writeln!(f, "{line}") {
-                eprintln!("scaler: writing the series: {e}");
+                tracing::warn!("writing the series: {e}");
             }
         }
     }

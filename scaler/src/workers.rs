@@ -97,7 +97,7 @@ impl Workers {
                 let device = if self.cfg.devices.is_empty() {
                     None
                 } else if free.is_empty() {
-                    eprintln!("scaler: no free device for another worker (of {:?})", self.cfg.devices);
+                    tracing::warn!(devices = ?self.cfg.devices, "no free device for another worker");
                     break;
                 } else {
                     Some(free.remove(0))
@@ -109,13 +109,13 @@ impl Workers {
             while let Some(done) = starting.join_next().await {
                 match done {
                     Ok((_, Ok(w))) => self.running.push(w),
-                    Ok((num, Err(e))) => eprintln!("scaler: worker-{num} did not start: {e:#}"),
-                    Err(e) => eprintln!("scaler: starting a worker: {e}"),
+                    Ok((num, Err(e))) => tracing::warn!(worker = num, "did not start: {e:#}"),
+                    Err(e) => tracing::warn!("starting a worker: {e}"),
                 }
             }
             self.running.sort_by_key(|w| w.n);
             if let Err(e) = self.write_file() {
-                eprintln!("scaler: {e:#}");
+                tracing::warn!("{e:#}");
             }
         } else if n < have {
             let mut gone = Vec::new();
@@ -123,7 +123,7 @@ impl Workers {
                 gone.push(self.running.pop().expect("counted"));
             }
             if let Err(e) = self.write_file() {
-                eprintln!("scaler: {e:#}");
+                tracing::warn!("{e:#}");
             }
             for w in gone {
                 let cfg = self.cfg.clone();

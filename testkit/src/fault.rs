@@ -196,7 +196,7 @@ pub fn worker_cmd(extra: &[&str]) -> Command {
 /// [`worker_cmd`] on the given address (to restart a worker where it was).
 pub fn worker_cmd_on(listen: &str, extra: &[&str]) -> Command {
     let mut cmd = Command::new(crate::bin("worker"));
-    cmd.args(["--listen", listen, "--threads", "1"]).arg("--model").arg(crate::model_dir());
+    cmd.args(["--listen", listen, "--intra-op-threads", "1"]).arg("--model").arg(crate::model_dir());
     cmd.arg("--ort-lib").arg(crate::ort_lib()).args(extra).env("RUST_LOG", "warn");
     cmd
 }

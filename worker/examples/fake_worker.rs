@@ -17,7 +17,6 @@
 use std::time::Duration;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 use worker::Config;
 use worker::backend::FakeBackend;
 use worker::model::ModelDir;
@@ -27,18 +26,18 @@ struct Args {
     #[command(flatten)]
     worker: Config,
     /// Time every batch takes, whatever its size (`20ms`).
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = cli::parse_duration, help_heading = "Fake backend")]
     batch_base_time: Duration,
     /// Time each query adds to its batch (`1ms`).
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = cli::parse_duration, help_heading = "Fake backend")]
     batch_row_time: Duration,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Args { worker: config, batch_base_time, batch_row_time } = Args::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,ort=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let args = cli::args_with_renamed_env(worker::config::RENAMED_ENV);
+    let Args { worker: config, batch_base_time, batch_row_time } = Args::parse_from(args);
+    cli::log::init(&config.log, config.log_json)?;
     let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
     let fake = FakeBackend::new(model.labels.len()).with_cost(batch_base_time, batch_row_time);
     let worker = worker::build(&config, model, move |_| Ok(fake.clone())).await?;

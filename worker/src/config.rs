@@ -7,91 +7,105 @@ use clap::Parser;
 pub use crate::backend::Device;
 pub use crate::backend::ort::{ArenaExtend, ConvAlgoSearch, CudaSync};
 
+/// The `--help` headings, one per concern (the `listener` crate names its own: "Connections").
+mod heading {
+    pub const LISTENING: &str = "Listening";
+    pub const MODEL: &str = "Model and device";
+    pub const BACKEND: &str = "Backend (ONNX Runtime)";
+    pub const CUDA: &str = "CUDA";
+    pub const BATCHING: &str = "Batching";
+    pub const ADMISSION: &str = "Admission";
+    pub const TELEMETRY: &str = "Capacity and telemetry";
+    pub const RUNTIME: &str = "Runtime";
+    pub const LOGGING: &str = "Logging";
+}
+
 /// GPU inference worker: serves an ONNX sequence classifier over HTTP with dynamic batching.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "worker", version, about)]
 pub struct Config {
     /// Address to listen on; port 0 picks a free port (printed as `listening on http://ADDR`).
-    #[arg(long, env = "WORKER_LISTEN", default_value = "127.0.0.1:8081")]
+    #[arg(long, env = "WORKER_LISTEN", default_value = "127.0.0.1:8081", help_heading = heading::LISTENING)]
     pub listen: SocketAddr,
 
     /// Address of the Open Inference Protocol's gRPC service (`inference.GRPCInferenceService`);
     /// off unless given (the chart leaves it off: the gateway calls workers over REST); port 0
     /// picks a free port (printed as
     /// `grpc listening on http://ADDR`).
-    #[arg(long, env = "WORKER_GRPC_LISTEN")]
+    #[arg(long, env = "WORKER_GRPC_LISTEN", help_heading = heading::LISTENING)]
     pub grpc_listen: Option<SocketAddr>,
 
     /// The model's name in the Open Inference Protocol (`/v2/models/{name}`) and in `/v1/stats`;
     /// by default the model directory's name (`snips-minilm-l6`).
-    #[arg(long, env = "WORKER_MODEL_NAME")]
+    #[arg(long, env = "WORKER_MODEL_NAME", help_heading = heading::MODEL)]
     pub model_name: Option<String>,
 
     /// Model directory: an ONNX model file, `tokenizer.json` and a `config.json` with `id2label`.
-    #[arg(long, env = "WORKER_MODEL", default_value = "models/snips-minilm-l6")]
+    #[arg(long, env = "WORKER_MODEL", default_value = "models/snips-minilm-l6", help_heading = heading::MODEL)]
     pub model: PathBuf,
 
     /// ONNX file inside the model directory; by default `model.onnx`, else the only `*.onnx` file.
-    #[arg(long, env = "WORKER_MODEL_FILE")]
+    #[arg(long, env = "WORKER_MODEL_FILE", help_heading = heading::MODEL)]
     pub model_file: Option<String>,
 
     /// Path of `libonnxruntime.so` (ONNX Runtime 1.31); `scripts/fetch-ort.sh` fetches it.
-    #[arg(long, env = "ORT_DYLIB_PATH")]
+    /// `ORT_DYLIB_PATH` (the `ort` crate's variable) is read when neither the flag nor
+    /// `WORKER_ORT_LIB` is set.
+    #[arg(long, env = "WORKER_ORT_LIB", help_heading = heading::MODEL)]
     pub ort_lib: Option<PathBuf>,
 
     /// `cpu`, or `cuda:N` for the CUDA execution provider on CUDA device N (fails if unavailable).
-    #[arg(long, env = "WORKER_DEVICE", default_value = "cpu", value_parser = parse_device)]
+    #[arg(long, env = "WORKER_DEVICE", default_value = "cpu", value_parser = parse_device, help_heading = heading::MODEL)]
     pub device: Device,
 
     /// ONNX Runtime intra-op threads per session; 0: ONNX Runtime's choice (one per physical
     /// core) on the CPU, 1 with CUDA (there the CPU runs only a few shape operators; a pool per
     /// lane of one thread per core only burns host cores). Not the async runtime's threads
-    /// (`--runtime-threads`; the gateway's and the load generator's `--threads`). Was `--threads`
-    /// (`WORKER_THREADS`, still read).
-    #[arg(long = "intra-op-threads", alias = "threads", env = "WORKER_INTRA_OP_THREADS", default_value_t = 0)]
+    /// (`--runtime-threads`, as on the gateway). Was `--threads` (`WORKER_THREADS`, still read).
+    #[arg(long = "intra-op-threads", alias = "threads", env = "WORKER_INTRA_OP_THREADS", default_value_t = 0, help_heading = heading::BACKEND)]
     pub threads: usize,
 
     /// Threads of the async runtime (HTTP, tokenizing, batching); 0: one per CPU this process may
     /// run on. Fewer leave cores to the backend, or to a load generator on the same machine.
-    #[arg(long, env = "WORKER_RUNTIME_THREADS", default_value_t = 0)]
+    #[arg(long, env = "WORKER_RUNTIME_THREADS", default_value_t = 0, help_heading = heading::RUNTIME)]
     pub runtime_threads: usize,
 
     /// ONNX Runtime inter-op threads (used only by its parallel executor, which the worker does
     /// not turn on); 0 lets ONNX Runtime choose.
-    #[arg(long, env = "WORKER_INTER_OP_THREADS", default_value_t = 0)]
+    #[arg(long, env = "WORKER_INTER_OP_THREADS", default_value_t = 0, help_heading = heading::BACKEND)]
     pub inter_op_threads: usize,
 
     /// Whether ONNX Runtime's pool threads spin before sleeping
     /// (`session.intra_op.allow_spinning`, `session.inter_op.allow_spinning`). `auto`: on the CPU
     /// yes (ONNX Runtime's default), with CUDA no (spinning burns host cores the HTTP side needs).
-    #[arg(long, env = "WORKER_ORT_SPINNING", value_enum, default_value = "auto")]
+    #[arg(long, env = "WORKER_ORT_SPINNING", value_enum, default_value = "auto", help_heading = heading::BACKEND)]
     pub ort_spinning: Toggle,
 
     /// Run batches through ONNX Runtime's I/O binding: inputs and outputs in buffers allocated
     /// once per batch shape (page-locked host memory with CUDA, so copies to and from the GPU
     /// need no staging), instead of new tensors per batch.
-    #[arg(long, env = "WORKER_IO_BINDING")]
+    #[arg(long, env = "WORKER_IO_BINDING", help_heading = heading::BACKEND)]
     pub io_binding: bool,
 
     /// With CUDA, capture each batch shape's run as a CUDA graph at start and replay it for
     /// every batch of that shape: one launch per batch instead of one per kernel, which takes
     /// most of the host's work per batch off the backend thread. Batches then run through device
     /// buffers kept per shape. `auto`: on with CUDA. Ignored on the CPU (nothing to capture).
-    #[arg(long, env = "WORKER_CUDA_GRAPH", value_enum, default_value = "auto")]
+    #[arg(long, env = "WORKER_CUDA_GRAPH", value_enum, default_value = "auto", help_heading = heading::CUDA)]
     pub cuda_graph: Toggle,
 
     /// CUDA provider `cudnn_conv_algo_search`: `exhaustive`, `heuristic` or `default` (cuDNN's
     /// default algorithm). Matters only to models with convolutions.
-    #[arg(long, env = "WORKER_CUDA_CONV_ALGO_SEARCH", value_enum, default_value = "exhaustive")]
+    #[arg(long, env = "WORKER_CUDA_CONV_ALGO_SEARCH", value_enum, default_value = "exhaustive", help_heading = heading::CUDA)]
     pub cuda_conv_algo_search: ConvAlgoSearch,
 
     /// CUDA provider `do_copy_in_default_stream`: copies between host and GPU on the compute
     /// stream (`true`, ONNX Runtime's default and recommendation) or on streams of their own.
-    #[arg(long, env = "WORKER_CUDA_COPY_IN_DEFAULT_STREAM", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "WORKER_CUDA_COPY_IN_DEFAULT_STREAM", default_value_t = true, action = clap::ArgAction::Set, help_heading = heading::CUDA)]
     pub cuda_copy_in_default_stream: bool,
 
     /// CUDA provider `arena_extend_strategy`: how the GPU memory arena grows.
-    #[arg(long, env = "WORKER_CUDA_ARENA_EXTEND_STRATEGY", value_enum, default_value = "next-power-of-two")]
+    #[arg(long, env = "WORKER_CUDA_ARENA_EXTEND_STRATEGY", value_enum, default_value = "next-power-of-two", help_heading = heading::CUDA)]
     pub cuda_arena_extend_strategy: ArenaExtend,
 
     /// How the backend threads wait for the GPU to finish a batch (the scheduling flags of the
@@ -99,7 +113,7 @@ pub struct Config {
     /// core spent waiting, a wake-up per wait). `auto`: `blocking` when the light lane has two
     /// sessions or more (a GPU's default: one session's wake-up overlaps the other's run), else
     /// CUDA's choice (spin while there are fewer contexts than cores).
-    #[arg(long, env = "WORKER_CUDA_SYNC", value_enum, default_value = "auto")]
+    #[arg(long, env = "WORKER_CUDA_SYNC", value_enum, default_value = "auto", help_heading = heading::CUDA)]
     pub cuda_sync: CudaSync,
 
     /// Backend sessions in the light lane, each on a thread of its own, running the lane's
@@ -109,21 +123,21 @@ pub struct Config {
     /// copy of the model and, with graphs, its own captures. Default 1 on the CPU; 2 on a GPU
     /// (measured on an H100: with blocking waits, the host CPU per request falls by about a
     /// tenth at the same throughput).
-    #[arg(long, env = "WORKER_SESSIONS")]
+    #[arg(long, env = "WORKER_SESSIONS", help_heading = heading::BACKEND)]
     pub sessions: Option<usize>,
 
     /// CUDA provider `gpu_mem_limit`: most bytes of the GPU memory arena, per session; 0: no limit.
-    #[arg(long, env = "WORKER_CUDA_MEM_LIMIT", default_value_t = 0)]
+    #[arg(long, env = "WORKER_CUDA_MEM_LIMIT", default_value_t = 0, help_heading = heading::CUDA)]
     pub cuda_mem_limit: usize,
 
     /// Most queries in one batch. Default 32 on the CPU; 256 on a GPU (measured on an H100:
     /// batches of 256 alternate, one running while the next fills).
-    #[arg(long, env = "WORKER_MAX_BATCH_ROWS")]
+    #[arg(long, env = "WORKER_MAX_BATCH_ROWS", help_heading = heading::BATCHING)]
     pub max_batch_rows: Option<usize>,
 
     /// Token budget of one batch: padded sequence length times rows. Default 4096 on the CPU,
     /// 16384 on a GPU.
-    #[arg(long, env = "WORKER_MAX_BATCH_TOKENS")]
+    #[arg(long, env = "WORKER_MAX_BATCH_TOKENS", help_heading = heading::BATCHING)]
     pub max_batch_tokens: Option<usize>,
 
     /// Longest a query waits for companions while the backend is idle (`0`, `1ms`, `500us`).
@@ -131,18 +145,18 @@ pub struct Config {
     /// between arrivals): a lone client or a trickle is not delayed. While the backend is busy,
     /// queries gather anyway and leave together when it is free. Default 0 on the CPU, 1ms on a
     /// GPU.
-    #[arg(long, env = "WORKER_MAX_QUEUE_DELAY", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_MAX_QUEUE_DELAY", value_parser = humantime::parse_duration, help_heading = heading::BATCHING)]
     pub max_queue_delay: Option<Duration>,
 
     /// Least fraction of a batch's padded cells holding real tokens (0..1). Default 0.75 on the
     /// CPU, where padding costs arithmetic; 0 on a GPU, where it is nearly free.
-    #[arg(long, env = "WORKER_MIN_BATCH_FILL")]
+    #[arg(long, env = "WORKER_MIN_BATCH_FILL", help_heading = heading::BATCHING)]
     pub min_batch_fill: Option<f64>,
 
     /// Most queries admitted at once (queued plus running, tokenizing included); beyond it
     /// requests get 429. Default 1024 on the CPU, 8192 on a GPU. Named as the gateway's limit of
     /// the same kind; was `--queue-capacity` (`WORKER_QUEUE_CAPACITY`, still read).
-    #[arg(long = "max-outstanding", alias = "queue-capacity", env = "WORKER_MAX_OUTSTANDING")]
+    #[arg(long = "max-outstanding", alias = "queue-capacity", env = "WORKER_MAX_OUTSTANDING", help_heading = heading::ADMISSION)]
     pub queue_capacity: Option<usize>,
 
     /// Most tokens admitted at once (queued plus running); a request whose tokens do not fit gets
@@ -152,39 +166,40 @@ pub struct Config {
         long = "max-outstanding-tokens",
         alias = "queue-capacity-tokens",
         env = "WORKER_MAX_OUTSTANDING_TOKENS",
-        default_value_t = 65536
+        default_value_t = 65536,
+        help_heading = heading::ADMISSION
     )]
     pub queue_capacity_tokens: u64,
 
     /// A request of more tokens than this is heavy: it runs in a lane of its own, at a lower CPU
     /// priority, and heavy requests together may hold at most half of each queue capacity.
-    #[arg(long, env = "WORKER_HEAVY_REQUEST_TOKENS", default_value_t = 256)]
+    #[arg(long, env = "WORKER_HEAVY_REQUEST_TOKENS", default_value_t = 256, help_heading = heading::ADMISSION)]
     pub heavy_request_tokens: u64,
 
     /// Most queries in one `POST /predict` body.
-    #[arg(long, env = "WORKER_MAX_QUERIES", default_value_t = 64)]
+    #[arg(long, env = "WORKER_MAX_QUERIES", default_value_t = 64, help_heading = heading::ADMISSION)]
     pub max_queries: usize,
 
     /// Longest query accepted, in bytes of UTF-8.
-    #[arg(long, env = "WORKER_MAX_QUERY_BYTES", default_value_t = 2048)]
+    #[arg(long, env = "WORKER_MAX_QUERY_BYTES", default_value_t = 2048, help_heading = heading::ADMISSION)]
     pub max_query_bytes: usize,
 
     /// Largest request body accepted, in bytes (the gateway's `--max-body-bytes` has the same
     /// default: `wire::DEFAULT_MAX_BODY_BYTES`).
-    #[arg(long, env = "WORKER_MAX_BODY_BYTES", default_value_t = wire::DEFAULT_MAX_BODY_BYTES)]
+    #[arg(long, env = "WORKER_MAX_BODY_BYTES", default_value_t = wire::DEFAULT_MAX_BODY_BYTES, help_heading = heading::ADMISSION)]
     pub max_body_bytes: usize,
 
     /// Longest a request may take end to end before it is answered 504 (at least 1ms).
-    #[arg(long, env = "WORKER_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration, help_heading = heading::ADMISSION)]
     pub request_timeout: Duration,
 
     /// After SIGTERM, how long queued and running requests may take before the worker closes its
     /// port; then as long again at most for answers still being written.
-    #[arg(long, env = "WORKER_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration, help_heading = heading::RUNTIME)]
     pub drain_timeout: Duration,
 
     /// GPU telemetry sampling period (at least 10ms).
-    #[arg(long, env = "WORKER_GPU_SAMPLE_INTERVAL", default_value = "250ms", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_GPU_SAMPLE_INTERVAL", default_value = "250ms", value_parser = humantime::parse_duration, help_heading = heading::TELEMETRY)]
     pub gpu_sample_interval: Duration,
 
     /// Least time of the start-up calibration, which measures this worker's capacity (queries
@@ -192,16 +207,16 @@ pub struct Config {
     /// queries through its own pipeline before it listens; it runs until every session has run
     /// several full batches too, and at most ten times this. `0s`: no calibration (the capacity
     /// is then what busy batches show, once traffic comes). See `docs/signal.md`.
-    #[arg(long, env = "WORKER_CALIBRATION_TIME", default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_CALIBRATION_TIME", default_value = "1s", value_parser = humantime::parse_duration, help_heading = heading::TELEMETRY)]
     pub calibration_time: Duration,
 
     /// This worker's capacity in queries per second, instead of calibrating: for a capacity
     /// measured elsewhere (a load test at the latency target). Reported as is.
-    #[arg(long, env = "WORKER_CAPACITY")]
+    #[arg(long, env = "WORKER_CAPACITY", help_heading = heading::TELEMETRY)]
     pub capacity: Option<f64>,
 
     /// Window of the rates in `/v1/stats`, in whole seconds (at least 1s).
-    #[arg(long, env = "WORKER_STATS_WINDOW", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WORKER_STATS_WINDOW", default_value = "10s", value_parser = humantime::parse_duration, help_heading = heading::TELEMETRY)]
     pub stats_window: Duration,
 
     /// Connection hygiene of the client port: header, body and idle timeouts, the connection
@@ -209,32 +224,33 @@ pub struct Config {
     #[command(flatten)]
     pub listener: listener::ListenerArgs<listener::WorkerEnv>,
 
-    /// Log filter (`tracing` env-filter syntax), as the gateway's.
-    #[arg(long, env = "RUST_LOG", default_value = "info,ort=warn")]
+    /// Log filter (`tracing` env-filter syntax), as the gateway's; `RUST_LOG` is read when neither
+    /// the flag nor `WORKER_LOG` is set.
+    #[arg(long, env = "WORKER_LOG", default_value = "info,ort=warn", help_heading = heading::LOGGING)]
     pub log: String,
 
     /// Log as JSON lines instead of text.
-    #[arg(long, env = "WORKER_LOG_JSON")]
+    #[arg(long, env = "WORKER_LOG_JSON", help_heading = heading::LOGGING)]
     pub log_json: bool,
 }
 
-/// Environment variables renamed to match their flags; the old names are still read.
-pub const RENAMED_ENV: &[listener::Renamed] = &[
-    listener::Renamed {
-        old: "WORKER_THREADS",
-        new: "WORKER_INTRA_OP_THREADS",
-        flags: &["--intra-op-threads", "--threads"],
-    },
-    listener::Renamed {
-        old: "WORKER_QUEUE_CAPACITY",
-        new: "WORKER_MAX_OUTSTANDING",
-        flags: &["--max-outstanding", "--queue-capacity"],
-    },
-    listener::Renamed {
-        old: "WORKER_QUEUE_CAPACITY_TOKENS",
-        new: "WORKER_MAX_OUTSTANDING_TOKENS",
-        flags: &["--max-outstanding-tokens", "--queue-capacity-tokens"],
-    },
+/// Variables read below the flags' own (`cli::args_with_renamed_env`): old names of variables
+/// renamed to match their flags (read until the next release, with a warning), and the
+/// conventional `ORT_DYLIB_PATH` and `RUST_LOG`.
+pub const RENAMED_ENV: &[cli::Renamed] = &[
+    cli::Renamed::deprecated("WORKER_THREADS", "WORKER_INTRA_OP_THREADS", &["--intra-op-threads", "--threads"]),
+    cli::Renamed::deprecated(
+        "WORKER_QUEUE_CAPACITY",
+        "WORKER_MAX_OUTSTANDING",
+        &["--max-outstanding", "--queue-capacity"],
+    ),
+    cli::Renamed::deprecated(
+        "WORKER_QUEUE_CAPACITY_TOKENS",
+        "WORKER_MAX_OUTSTANDING_TOKENS",
+        &["--max-outstanding-tokens", "--queue-capacity-tokens"],
+    ),
+    cli::Renamed::conventional("ORT_DYLIB_PATH", "WORKER_ORT_LIB", &["--ort-lib"]),
+    cli::Renamed::conventional("RUST_LOG", "WORKER_LOG", &["--log"]),
 ];
 
 impl Config {
@@ -325,6 +341,14 @@ fn parse_device(s: &str) -> Result<Device, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_workers_flags_keep_the_conventions() {
+        use clap::CommandFactory;
+        let rules = cli::check::Rules { prefix: "WORKER", no_env: &[], bare_seconds: &[], renamed: RENAMED_ENV };
+        let violations = cli::check::violations(Config::command(), &rules);
+        assert!(violations.is_empty(), "{}", violations.join("\n"));
+    }
 
     #[test]
     fn devices_parse() {

@@ -55,7 +55,7 @@ async fn answers_are_those_of_tokenizers_ids() {
     use tower::ServiceExt;
 
     let dir = testkit::model_dir();
-    let config = worker::Config::parse_from(["worker", "--model", dir.to_str().unwrap(), "--threads", "1"]);
+    let config = worker::Config::parse_from(["worker", "--model", dir.to_str().unwrap(), "--intra-op-threads", "1"]);
     let model = ModelDir::load(&dir, None).unwrap();
     let (path, labels) = (model.model_path.clone(), model.labels.clone());
     let worker_path = path.clone();

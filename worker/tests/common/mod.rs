@@ -12,7 +12,7 @@ pub fn command(extra: &[&str]) -> Command {
         .arg(model_dir())
         .arg("--ort-lib")
         .arg(ort_lib())
-        .arg("--threads")
+        .arg("--intra-op-threads")
         .arg("1")
         .args(extra)
         .env("RUST_LOG", "warn");

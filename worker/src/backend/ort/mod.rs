@@ -53,7 +53,7 @@ impl std::fmt::Debug for OrtBackend {
 pub fn load_library(path: Option<&Path>) -> Result<ort::environment::Environment, BackendError> {
     let path = path.ok_or_else(|| {
         BackendError::Library(
-            "no ONNX Runtime library: set ORT_DYLIB_PATH or --ort-lib (scripts/fetch-ort.sh fetches it)".into(),
+            "no ONNX Runtime library: set --ort-lib, WORKER_ORT_LIB or ORT_DYLIB_PATH (scripts/fetch-ort.sh fetches it)".into(),
         )
     })?;
     if !path.is_file() {
