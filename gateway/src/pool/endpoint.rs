@@ -12,6 +12,7 @@ use listener::shard::{Counter, Histogram};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::coalesce::{Member, Queue};
 use super::ewma::PeakEwma;
 use super::outcome::{HealthEffect, STALL_AFTER};
 use super::stats::StatsView;
@@ -176,6 +177,8 @@ pub(crate) struct Endpoint {
     pub(crate) labels: WorkerLabels,
     /// The gateway's connections to the worker.
     pub(crate) upstream: Upstream,
+    /// Single-query requests waiting to be merged, and the exchanges in flight that decide it.
+    coalesce: Mutex<Queue<Member>>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -230,7 +233,16 @@ impl Endpoint {
             snapshot: Mutex::new(None),
             held_pressure: Mutex::new(None),
             ready_notify,
+            coalesce: Mutex::new(Queue::default()),
         })
+    }
+
+    /// The worker's queue of requests waiting to be merged (a short lock: one decision).
+    pub(crate) fn coalesce(&self) -> std::sync::MutexGuard<'_, Queue<Member>> {
+        match self.coalesce.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
     }
 
     pub(crate) fn health(&self) -> Health {
