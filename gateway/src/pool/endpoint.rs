@@ -17,7 +17,7 @@ use super::ewma::PeakEwma;
 use super::outcome::{HealthEffect, STALL_AFTER};
 use super::stats::StatsView;
 use crate::ctx::Ctx;
-use crate::metrics::{Metrics, RequestLabels, WorkerLabels};
+use crate::metrics::{Metrics, PoolLabels, RequestLabels, WorkerLabels};
 use crate::upstream::Upstream;
 
 /// How long the gateway waits for a TCP connection to a worker.
@@ -170,6 +170,10 @@ pub(crate) struct Endpoint {
     /// fetched once (the hot path).
     ok_requests: Counter,
     ok_latency: Histogram,
+    /// The pool's series of `gateway_coalesced_requests_total` and
+    /// `gateway_coalesced_exchanges_total` (made with the worker: served from the start, 0).
+    pub(crate) coalesced_requests: Counter,
+    pub(crate) coalesced_exchanges: Counter,
     /// Outcomes it has been counted under, so that those series go when it leaves.
     outcomes: Mutex<BTreeSet<String>>,
     /// Left the pool: no new series.
@@ -213,6 +217,8 @@ impl Endpoint {
         Ok(Self {
             ok_requests: metrics.requests.get_or_create_owned(&ok),
             ok_latency: metrics.latency.get_or_create_owned(&ok),
+            coalesced_requests: metrics.coalesced_requests.get_or_create_owned(&PoolLabels { pool: pool.to_owned() }),
+            coalesced_exchanges: metrics.coalesced_exchanges.get_or_create_owned(&PoolLabels { pool: pool.to_owned() }),
             outcomes: Mutex::new(BTreeSet::from(["ok".to_owned()])),
             retired: AtomicBool::new(false),
             labels: WorkerLabels { pool: pool.to_owned(), worker: url.clone() },

@@ -43,7 +43,6 @@ use tokio::time::Instant;
 use super::proxy::{self, Attempt, Incoming, Sent};
 use crate::config::Config;
 use crate::ctx::Ctx;
-use crate::metrics::PoolLabels;
 use crate::pool::coalesce::{Arrival, Delivery, Member, Policy};
 use crate::pool::outcome::{self, Call, HealthEffect, Outcome, RetryReason, Verdict};
 use crate::pool::{Endpoint, Pool};
@@ -170,9 +169,8 @@ impl Exchange {
     /// each member its part.
     async fn run(self, members: Vec<Member>) {
         let (ctx, ep) = (&self.ctx, &self.ep);
-        let labels = PoolLabels { pool: ep.pool.clone() };
-        ctx.metrics.coalesced_exchanges.get_or_create(&labels).inc();
-        ctx.metrics.coalesced_requests.get_or_create(&labels).inc_by(members.len() as u64);
+        ep.coalesced_exchanges.inc();
+        ep.coalesced_requests.inc_by(members.len() as u64);
         let body = merged_body(&members);
         let deadline = members.iter().map(|m| m.deadline).max().unwrap_or_else(Instant::now);
         let content_type = HeaderValue::from_static("application/json");

@@ -216,9 +216,7 @@ async fn a_merged_answer_reaches_each_member_as_its_own() {
         let Delivery::Done { verdict: Verdict::Answer, result: Ok((a, None)) } = d else { panic!("{d:?}") };
         assert_eq!(a.body, serde_json::to_vec(&prediction(q, 0.5, None)).unwrap());
     }
-    let labels = PoolLabels { pool: "p".into() };
-    assert_eq!(ctx.metrics.coalesced_requests.get_or_create(&labels).get(), 3);
-    assert_eq!(ctx.metrics.coalesced_exchanges.get_or_create(&labels).get(), 1);
+    assert_eq!((ep.coalesced_requests.get(), ep.coalesced_exchanges.get()), (3, 1));
 }
 
 #[tokio::test]
