@@ -270,6 +270,24 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_POOL_MAX_IDLE_PER_HOST", default_value_t = 4096, help_heading = heading::UPSTREAM)]
     pub pool_max_idle_per_host: usize,
 
+    /// Do not merge concurrent single-query `/predict` requests bound for the same worker into
+    /// one `POST /predict {"queries": [...]}` (coalescing is on by default; it merges only
+    /// requests that are already waiting, see `--coalesce-after-in-flight`).
+    #[arg(long, env = "GATEWAY_NO_COALESCE", help_heading = heading::UPSTREAM)]
+    pub no_coalesce: bool,
+
+    /// Most queries in one merged worker request (the CPU worker's full batch; at most the
+    /// worker's `--max-queries`). A merge also stays within `--heavy-request-tokens` estimated
+    /// tokens and `--max-body-bytes`. 1 turns coalescing off.
+    #[arg(long, env = "GATEWAY_COALESCE_MAX_QUERIES", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=4096), help_heading = heading::UPSTREAM)]
+    pub coalesce_max_queries: u64,
+
+    /// Exchanges in flight to one worker from which single-query requests wait to be merged:
+    /// below it every request goes alone at once; at or above it a request waits until one of
+    /// the worker's exchanges ends (or a full merge forms) and goes with the others waiting then.
+    #[arg(long, env = "GATEWAY_COALESCE_AFTER_IN_FLIGHT", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=65536), help_heading = heading::UPSTREAM)]
+    pub coalesce_after_in_flight: u64,
+
     /// Runtime worker threads; 0 = the CPUs this process may run on (its affinity mask, e.g.
     /// under `taskset` or a cgroup cpuset). With one thread the gateway runs a single-threaded
     /// runtime: a work-stealing runtime gains nothing on one core and costs cross-thread wakeups.

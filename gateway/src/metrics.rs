@@ -61,6 +61,8 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub latency: Family<RequestLabels, Histogram, HistogramCtor>,
     pub retries: Family<RetryLabels, Counter>,
+    pub coalesced_requests: Family<PoolLabels, Counter>,
+    pub coalesced_exchanges: Family<PoolLabels, Counter>,
     pub ejections: Family<WorkerLabels, Counter>,
     pub admission_rejected: Counter,
     pub panics: Family<PanicLabels, Counter>,
@@ -103,6 +105,8 @@ impl Default for Metrics {
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram as HistogramCtor),
             retries: Family::default(),
+            coalesced_requests: Family::default(),
+            coalesced_exchanges: Family::default(),
             ejections: Family::default(),
             admission_rejected: Counter::default(),
             panics: Family::default(),
@@ -151,6 +155,16 @@ impl Metrics {
             self.latency.clone(),
         );
         r.register("retries", "Requests retried on another worker, by reason", self.retries.clone());
+        r.register(
+            "coalesced_requests",
+            "Client requests sent to a worker inside a merged request ({\"queries\": [...]}), by pool",
+            self.coalesced_requests.clone(),
+        );
+        r.register(
+            "coalesced_exchanges",
+            "Merged requests sent to workers (each carrying one or more client requests), by pool",
+            self.coalesced_exchanges.clone(),
+        );
         r.register("ejections", "Workers ejected after consecutive failures", self.ejections.clone());
         r.register(
             "admission_rejected",

@@ -24,7 +24,7 @@ struct Body<'a> {
 }
 
 /// One query's tokens at most (the worker's bound).
-fn query_tokens(q: &str, max_query_tokens: u64) -> u64 {
+pub(super) fn query_tokens(q: &str, max_query_tokens: u64) -> u64 {
     let visible = q.chars().filter(|c| !c.is_whitespace()).count() as u64;
     visible.saturating_add(2).min(max_query_tokens)
 }

@@ -23,6 +23,7 @@ mod oip;
 mod panics;
 mod predict;
 mod serve;
+mod single;
 mod trace;
 
 use std::sync::Arc;
@@ -59,6 +60,8 @@ pub(crate) struct AppState {
     /// The client listener's body reader (its deadline and budget), once serving; without one
     /// (handlers called directly in tests) bodies are read under `--max-body-bytes` only.
     bodies: Option<listener::BodyReader>,
+    /// Coalescing is on: single-query requests are read for a merge (`single`).
+    coalesce: bool,
 }
 
 impl std::fmt::Debug for AppState {
@@ -76,7 +79,17 @@ impl AppState {
         let client_listener = listener::Metrics::register_in(&mut registry);
         let admin_listener = listener::Metrics::register(&mut registry, "admin");
         let panics = panics::Panics::new(ctx.metrics.panics.clone());
-        Self { pools, admission, registry: Arc::new(registry), client_listener, admin_listener, panics, bodies: None }
+        let coalesce = crate::routing::coalesce_policy(&ctx.config).is_some();
+        Self {
+            pools,
+            admission,
+            registry: Arc::new(registry),
+            client_listener,
+            admin_listener,
+            panics,
+            bodies: None,
+            coalesce,
+        }
     }
 
     /// The listener's settings: the flags, the gateway's `Retry-After`, and a drain long enough

@@ -179,6 +179,13 @@ where
         Target::Predict => super::cost::estimate(cfg, parts.uri.query(), &body),
         Target::Oip(_) => super::cost::estimate_oip(cfg, &body),
     };
+    // A light request of one query may go to the worker merged with others (`routing::coalesce`).
+    let single = match target {
+        Target::Predict if !cost.heavy && state.coalesce => {
+            super::single::single(&parts.method, parts.uri.query(), &body, cfg.max_query_tokens)
+        }
+        _ => None,
+    };
     Ok(Incoming {
         method: parts.method,
         path_and_query,
@@ -187,6 +194,7 @@ where
         span,
         body,
         cost,
+        single,
     })
 }
 

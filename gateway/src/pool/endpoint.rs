@@ -12,11 +12,12 @@ use listener::shard::{Counter, Histogram};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::coalesce::{Member, Queue};
 use super::ewma::PeakEwma;
 use super::outcome::{HealthEffect, STALL_AFTER};
 use super::stats::StatsView;
 use crate::ctx::Ctx;
-use crate::metrics::{Metrics, RequestLabels, WorkerLabels};
+use crate::metrics::{Metrics, PoolLabels, RequestLabels, WorkerLabels};
 use crate::upstream::Upstream;
 
 /// How long the gateway waits for a TCP connection to a worker.
@@ -169,6 +170,10 @@ pub(crate) struct Endpoint {
     /// fetched once (the hot path).
     ok_requests: Counter,
     ok_latency: Histogram,
+    /// The pool's series of `gateway_coalesced_requests_total` and
+    /// `gateway_coalesced_exchanges_total` (made with the worker: served from the start, 0).
+    pub(crate) coalesced_requests: Counter,
+    pub(crate) coalesced_exchanges: Counter,
     /// Outcomes it has been counted under, so that those series go when it leaves.
     outcomes: Mutex<BTreeSet<String>>,
     /// Left the pool: no new series.
@@ -176,6 +181,8 @@ pub(crate) struct Endpoint {
     pub(crate) labels: WorkerLabels,
     /// The gateway's connections to the worker.
     pub(crate) upstream: Upstream,
+    /// Single-query requests waiting to be merged, and the exchanges in flight that decide it.
+    coalesce: Mutex<Queue<Member>>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -210,6 +217,8 @@ impl Endpoint {
         Ok(Self {
             ok_requests: metrics.requests.get_or_create_owned(&ok),
             ok_latency: metrics.latency.get_or_create_owned(&ok),
+            coalesced_requests: metrics.coalesced_requests.get_or_create_owned(&PoolLabels { pool: pool.to_owned() }),
+            coalesced_exchanges: metrics.coalesced_exchanges.get_or_create_owned(&PoolLabels { pool: pool.to_owned() }),
             outcomes: Mutex::new(BTreeSet::from(["ok".to_owned()])),
             retired: AtomicBool::new(false),
             labels: WorkerLabels { pool: pool.to_owned(), worker: url.clone() },
@@ -230,7 +239,16 @@ impl Endpoint {
             snapshot: Mutex::new(None),
             held_pressure: Mutex::new(None),
             ready_notify,
+            coalesce: Mutex::new(Queue::default()),
         })
+    }
+
+    /// The worker's queue of requests waiting to be merged (a short lock: one decision).
+    pub(crate) fn coalesce(&self) -> std::sync::MutexGuard<'_, Queue<Member>> {
+        match self.coalesce.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
     }
 
     pub(crate) fn health(&self) -> Health {

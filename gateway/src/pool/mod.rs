@@ -8,6 +8,7 @@
 //! `Arc<Endpoint>` it picked, so a worker that leaves the set finishes the requests already sent
 //! to it.
 
+pub(crate) mod coalesce;
 mod endpoint;
 mod ewma;
 mod monitor;

@@ -14,7 +14,9 @@ use tokio::time::Instant;
 use wire::ErrorType;
 
 use super::balance;
+use super::coalesce::{self, Single};
 use super::retry::{self, AttemptTimeout, Budget};
+use crate::ctx::Ctx;
 use crate::error::RequestError;
 use crate::metrics::{RequestLabels, RetryLabels};
 use crate::pool::outcome::{self, Call, HealthEffect, Outcome, RetryReason, Verdict};
@@ -34,6 +36,8 @@ pub(crate) struct Incoming<'a> {
     pub(crate) body: Bytes,
     /// What it costs, as estimated at admission.
     pub(crate) cost: Cost,
+    /// Its one query, when it may go to the worker in a merge with others (`coalesce`).
+    pub(crate) single: Option<Single>,
 }
 
 /// A request's estimated cost: tokens, and whether that makes it heavy.
@@ -48,10 +52,10 @@ pub(crate) struct Cost {
 }
 
 /// What the client gets if the request is not retried.
-type Fallback = Result<(Answer, Option<ErrorType>), RequestError>;
+pub(super) type Fallback = Result<(Answer, Option<ErrorType>), RequestError>;
 
 /// How one attempt ended, for the request.
-enum Attempt {
+pub(super) enum Attempt {
     /// The worker's answer goes to the client; `error_type` from its error body, if any.
     Answer(Answer, Option<ErrorType>),
     /// May go to another worker; `fallback` is the client's answer if it cannot.
@@ -142,12 +146,21 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
     })
 }
 
-/// One attempt on one worker until `deadline` (`.1`: the request's own), classified by the
-/// outcome policy, its health effect applied.
+/// One attempt on one worker until `deadline` (`.1`: the request's own): in a merge with other
+/// requests bound for the worker when the request may be merged and coalescing is on (see
+/// `coalesce`), else alone.
 async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: (Instant, bool)) -> Attempt {
-    let ctx = pool.ctx();
     let _in_flight = ep.start();
     ep.sent(req.cost.queries);
+    match (&req.single, coalesce::policy(&pool.ctx().config)) {
+        (Some(single), Some(policy)) => coalesce::attempt(pool, ep, req, single, deadline, &policy).await,
+        _ => alone(pool, ep, req, deadline).await,
+    }
+}
+
+/// The request sent by itself, classified by the outcome policy, its health effect applied.
+pub(super) async fn alone(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: (Instant, bool)) -> Attempt {
+    let ctx = pool.ctx();
     let out = Outgoing {
         method: &req.method,
         path_and_query: req.path_and_query.as_str(),
@@ -188,24 +201,56 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
         HealthEffect::Slow { .. } if req.cost.heavy => HealthEffect::None,
         h => h,
     };
-    // What may be logged (an ejection, a draining worker) is logged in the request's span.
-    let span = matches!(health, HealthEffect::Failure | HealthEffect::Draining).then(|| (req.span)().entered());
+    apply(ep, health, ctx, why, Some(req.span));
+    let sent = match result {
+        Ok(Ok(a)) => Sent::Answer(a, error_type),
+        Ok(Err(e)) => Sent::Failed(format!("{}: {e}", ep.url)),
+        Err(_) => Sent::TimedOut,
+    };
+    conclude(ep, ctx, classified.verdict, sent)
+}
+
+/// Carry out a health effect on `ep`; what may be logged (an ejection, a draining worker) is
+/// logged in the request's span when there is one request (`span`).
+pub(super) fn apply(
+    ep: &Endpoint,
+    health: HealthEffect,
+    ctx: &Ctx,
+    why: &dyn std::fmt::Display,
+    span: Option<&(dyn Fn() -> tracing::Span + Sync)>,
+) {
+    let logs = matches!(health, HealthEffect::Failure | HealthEffect::Draining);
+    let entered = span.filter(|_| logs).map(|s| s().entered());
     if ep.apply(health, ctx, why) == Change::Drained {
         tracing::info!(pool = %ep.pool, worker = %ep.url, "worker draining");
     }
-    drop(span);
-    match (classified.verdict, result) {
-        (Verdict::Answer, Ok(Ok(a))) => Attempt::Answer(a, error_type),
-        (Verdict::Fail, Ok(Err(e))) => Attempt::Fail(RequestError::Upstream(format!("{}: {e}", ep.url))),
-        (Verdict::Retry(reason), Ok(Err(e))) => {
-            Attempt::Retry { fallback: Err(RequestError::Upstream(format!("{}: {e}", ep.url))), reason }
+    drop(entered);
+}
+
+/// What came back from one attempt, for [`conclude`].
+pub(super) enum Sent {
+    /// An answer, with its `error_type` if it is an error.
+    Answer(Answer, Option<ErrorType>),
+    /// No usable answer: why (naming the worker).
+    Failed(String),
+    /// The attempt's deadline passed.
+    TimedOut,
+}
+
+/// The attempt's end for the request, from the outcome policy's verdict and what came back.
+pub(super) fn conclude(ep: &Endpoint, ctx: &Ctx, verdict: Verdict, sent: Sent) -> Attempt {
+    match (verdict, sent) {
+        (Verdict::Answer, Sent::Answer(a, error_type)) => Attempt::Answer(a, error_type),
+        (Verdict::Fail, Sent::Failed(detail)) => Attempt::Fail(RequestError::Upstream(detail)),
+        (Verdict::Retry(reason), Sent::Failed(detail)) => {
+            Attempt::Retry { fallback: Err(RequestError::Upstream(detail)), reason }
         }
         // A 429: passed through if it cannot go elsewhere.
-        (Verdict::Retry(reason @ RetryReason::Overloaded), Ok(Ok(a))) => {
+        (Verdict::Retry(reason @ RetryReason::Overloaded), Sent::Answer(a, error_type)) => {
             Attempt::Retry { fallback: Ok((a, error_type)), reason }
         }
         // A 5xx or a malformed answer: the client gets the gateway's 502, never the worker's text.
-        (Verdict::Retry(reason @ (RetryReason::ServerError | RetryReason::Malformed)), Ok(Ok(a))) => {
+        (Verdict::Retry(reason @ (RetryReason::ServerError | RetryReason::Malformed)), Sent::Answer(a, _)) => {
             let detail = format!("{}: {} answer {}", ep.url, reason.as_str(), a.status.as_u16());
             Attempt::Retry { fallback: Err(RequestError::Upstream(detail)), reason }
         }

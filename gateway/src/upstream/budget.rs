@@ -81,6 +81,15 @@ impl Charge {
         self.bytes = total;
         true
     }
+
+    /// Move `n` bytes of this charge (at most all of it) into a charge of their own: the parts of
+    /// one answer split among several clients (a merged exchange's answer), each given back when
+    /// its part is dropped. Nothing is taken from or given back to the budget.
+    pub(crate) fn split_off(&mut self, n: usize) -> Charge {
+        let n = n.min(self.bytes);
+        self.bytes -= n;
+        Charge { budget: Arc::clone(&self.budget), bytes: n }
+    }
 }
 
 impl Drop for Charge {
@@ -124,6 +133,21 @@ mod tests {
         assert!(more_small.grow_to(20 << 10), "small answers may use the rest");
         assert!(!Charge::new(&b).grow_to(10 << 10), "the whole budget is spent");
         drop((small, large, more_small));
+        assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn a_split_charge_is_given_back_part_by_part() {
+        let b = AnswerBudget::new(100 << 10, Gauge::default());
+        let mut whole = Charge::new(&b);
+        assert!(whole.grow_to(300));
+        let first = whole.split_off(100);
+        let second = whole.split_off(500);
+        assert_eq!(b.used(), 300, "splitting takes nothing more");
+        assert_eq!(second.bytes, 200, "at most what is left");
+        drop(first);
+        assert_eq!(b.used(), 200);
+        drop((whole, second));
         assert_eq!(b.used(), 0);
     }
 }

@@ -54,6 +54,8 @@ pub struct FakeState {
     /// the gateway does not read removed, new ones added, tokens in the queue).
     pub schema_version: AtomicU64,
     pub predicts: AtomicU64,
+    /// Queries answered (a merged `{"queries": [...]}` request counts its queries).
+    pub queries: AtomicU64,
     /// `/predict` requests received, whatever became of them.
     pub arrivals: AtomicU64,
     /// `/predict` requests refused (draining or overloaded).
@@ -87,6 +89,7 @@ impl FakeWorker {
             gpu_pct: AtomicU64::new(u64::MAX),
             schema_version: AtomicU64::new(1),
             predicts: AtomicU64::new(0),
+            queries: AtomicU64::new(0),
             arrivals: AtomicU64::new(0),
             refusals: AtomicU64::new(0),
             ids: std::sync::Mutex::default(),
@@ -120,6 +123,11 @@ impl FakeWorker {
 
     pub fn predicts(&self) -> u64 {
         self.state.predicts.load(Ordering::SeqCst)
+    }
+
+    /// Queries answered (a merged request counts its queries).
+    pub fn queries(&self) -> u64 {
+        self.state.queries.load(Ordering::SeqCst)
     }
 
     pub fn arrivals(&self) -> u64 {
@@ -203,6 +211,21 @@ async fn handle(st: Arc<FakeState>, req: Request<hyper::body::Incoming>) -> Resu
             match st.mode() {
                 Mode::Ok | Mode::Stall => {
                     st.predicts.fetch_add(1, Ordering::SeqCst);
+                    // A list (a merge of the gateway's): one prediction per query, in order, each
+                    // echoing the body its query would have come in alone, as the worker answers.
+                    let list = serde_json::from_slice::<wire::PredictRequest>(&body).ok().and_then(|r| r.queries);
+                    if let Some(queries) = list {
+                        st.queries.fetch_add(queries.len() as u64, Ordering::SeqCst);
+                        let predictions: Vec<_> = queries
+                            .iter()
+                            .map(|q| {
+                                let echo = serde_json::json!({ "query": q }).to_string();
+                                serde_json::json!({"intent": st.name, "score": 1.0, "echo": echo})
+                            })
+                            .collect();
+                        return Ok(json(StatusCode::OK, serde_json::json!({ "predictions": predictions })));
+                    }
+                    st.queries.fetch_add(1, Ordering::SeqCst);
                     let echo = String::from_utf8_lossy(&body).into_owned();
                     Ok(json(StatusCode::OK, serde_json::json!({"intent": st.name, "score": 1.0, "echo": echo})))
                 }

@@ -1,0 +1,266 @@
+//! Coalescing in the gateway's worker hop (issue 29), against the built binaries: concurrent
+//! single-query requests bound for one worker reach it as fewer, merged `{"queries": [...]}`
+//! requests, and each client gets exactly the answer the worker gives that query alone (the same
+//! bytes, status and `Content-Type`, its own `x-request-id`); when a worker fails a merge mid-way
+//! (the request read, the connection dropped), every client request in it is retried on another
+//! worker and answered once.
+//!
+//! The worker is the built `fake_worker` (the worker's whole host side, the fake backend), each
+//! of its batches made to take 20 ms so that requests are in flight together; the failing worker
+//! is a small HTTP/1.1 server in this process. Alone:
+//! `cargo build -p worker -p gateway --example fake_worker && cargo test -p e2e --test coalescing`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use testkit::Server;
+use testkit::fault::metric_sum;
+use testkit::http::client;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::process::Command;
+
+/// One case at a time: each loads both cores of a small machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn fake_worker() -> Server {
+    let mut cmd = Command::new(testkit::bin("examples/fake_worker"));
+    cmd.arg("--listen").arg("127.0.0.1:0").arg("--model").arg(testkit::model_dir());
+    cmd.args(["--batch-base-time", "20ms", "--calibration-time", "0s"]);
+    cmd.env("RUST_LOG", "warn");
+    Server::start(cmd).await
+}
+
+/// A gateway in front of `workers`, merging from `after` exchanges in flight per worker.
+async fn gateway(workers: &[&str], after: u32) -> (Server, String) {
+    let mut cmd = Command::new(testkit::bin("gateway"));
+    cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--stats-interval", "100ms"]);
+    cmd.args(["--coalesce-after-in-flight", &after.to_string()]);
+    for w in workers {
+        cmd.arg("--worker").arg(w);
+    }
+    cmd.env("RUST_LOG", "warn");
+    let gw = Server::start(cmd).await;
+    let admin = gw.announced("admin", Duration::from_secs(2)).await.expect("the gateway announces its admin port");
+    (gw, admin)
+}
+
+async fn metrics(c: &reqwest::Client, url: &str) -> String {
+    c.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap()
+}
+
+/// What a client got: status, `Content-Type`, `x-request-id`, body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Got {
+    status: u16,
+    content_type: Option<String>,
+    request_id: Option<String>,
+    body: String,
+}
+
+/// Query `i`, as a GET (even `i`) or a POST (odd), with request id `id`.
+async fn ask(c: &reqwest::Client, base: &str, i: usize, id: &str) -> Got {
+    let query = format!("play some jazz number {i}");
+    let req = if i % 2 == 0 {
+        c.get(format!("{base}/predict")).query(&[("query", &query)])
+    } else {
+        c.post(format!("{base}/predict")).json(&serde_json::json!({ "query": query }))
+    };
+    let resp = req.header("x-request-id", id).send().await.expect("an answer");
+    let header = |name: &str| resp.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
+    let (content_type, request_id) = (header("content-type"), header("x-request-id"));
+    Got { status: resp.status().as_u16(), content_type, request_id, body: resp.text().await.unwrap() }
+}
+
+#[tokio::test]
+async fn concurrent_single_queries_reach_the_worker_merged_and_come_back_as_the_worker_answers_each() {
+    let _serial = SERIAL.lock().await;
+    let worker = fake_worker().await;
+    let (gw, admin) = gateway(&[&worker.url], 2).await;
+    let (gw, admin) = (&gw, admin.as_str());
+    let client = client();
+    let c = &client;
+    testkit::wait_until(Duration::from_secs(10), "the gateway is ready", || async {
+        c.get(gw.at("/readyz")).send().await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+
+    // What the worker answers each query alone, asked directly.
+    const QUERIES: usize = 64;
+    let mut alone = Vec::new();
+    for i in 0..QUERIES {
+        alone.push(ask(c, &worker.url, i, "direct").await);
+    }
+    let worker_before = metrics(c, &worker.url).await;
+    let requests_before = metric_sum(&worker_before, "worker_requests_total", &[("outcome", "ok")]);
+    let queries_before = metric_sum(&worker_before, "worker_queries_total", &[("outcome", "ok")]);
+
+    // The same queries through the gateway, 4 rounds of all of them at once.
+    const ROUNDS: usize = 4;
+    for round in 0..ROUNDS {
+        let tasks: Vec<_> = (0..QUERIES)
+            .map(|i| {
+                let (c, base) = (c.clone(), gw.url.clone());
+                tokio::spawn(async move { ask(&c, &base, i, &format!("r{round}-q{i}")).await })
+            })
+            .collect();
+        for (i, t) in tasks.into_iter().enumerate() {
+            let got = t.await.unwrap();
+            let want = Got { request_id: Some(format!("r{round}-q{i}")), ..alone[i].clone() };
+            assert_eq!(got, want, "query {i}, round {round}");
+        }
+    }
+
+    let worker_after = metrics(c, &worker.url).await;
+    let requests = metric_sum(&worker_after, "worker_requests_total", &[("outcome", "ok")]) - requests_before;
+    let queries = metric_sum(&worker_after, "worker_queries_total", &[("outcome", "ok")]) - queries_before;
+    let sent = (QUERIES * ROUNDS) as f64;
+    eprintln!("{requests} worker requests carried {queries} queries of {sent} client requests");
+    assert_eq!(queries, sent, "every query reached the worker once");
+    assert!(requests < sent / 2.0, "{requests} worker requests for {sent} client requests: not merged");
+    let gateway = metrics(c, admin).await;
+    let coalesced = metric_sum(&gateway, "gateway_coalesced_requests_total", &[]);
+    let exchanges = metric_sum(&gateway, "gateway_coalesced_exchanges_total", &[]);
+    assert!(coalesced > 0.0 && exchanges < coalesced, "{coalesced} requests in {exchanges} merges");
+    assert_eq!(metric_sum(&gateway, "gateway_requests_total", &[("outcome", "ok")]), sent);
+    assert_eq!(metric_sum(&gateway, "gateway_retries_total", &[]), 0.0);
+}
+
+/// A worker that answers a request of one query (after `hold`, so that others queue behind it
+/// and merge) and drops every merged request once it has read it whole; counts both.
+struct Failing {
+    url: String,
+    singles: Arc<AtomicU64>,
+    merges: Arc<AtomicU64>,
+}
+
+async fn failing_worker(hold: Duration) -> Failing {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (singles, merges) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (s, m) = (Arc::clone(&singles), Arc::clone(&merges));
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let (s, m) = (Arc::clone(&s), Arc::clone(&m));
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let Some((end, len)) = head(&buf) else {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    if buf.len() < end + len {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    }
+                    let request: Vec<u8> = buf.drain(..end + len).collect();
+                    let text = String::from_utf8_lossy(&request).into_owned();
+                    let body = if text.starts_with("GET /readyz") {
+                        r#"{"status":"ready"}"#.to_owned()
+                    } else if text.starts_with("GET /v1/stats") {
+                        // No stats: a worker the gateway routes to, simply blind.
+                        let body = r#"{"error":"no stats","error_type":"not_found"}"#;
+                        let out = format!(
+                            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if sock.write_all(out.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    } else if text.contains("\"queries\"") {
+                        // A merge, read whole: dropped without a byte of answer.
+                        m.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    } else {
+                        s.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(hold).await;
+                        r#"{"intent":"FromTheFailingWorker","score":0.5}"#.to_owned()
+                    };
+                    let out = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if sock.write_all(out.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Failing { url, singles, merges }
+}
+
+/// The end of a request head in `buf` and its body's length, once the head is there.
+fn head(buf: &[u8]) -> Option<(usize, usize)> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let text = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let len = text.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok());
+    Some((end, len.unwrap_or(0)))
+}
+
+#[tokio::test]
+async fn a_merge_dropped_mid_way_has_every_request_in_it_retried_elsewhere_and_answered_once() {
+    let _serial = SERIAL.lock().await;
+    let worker = fake_worker().await;
+    let failing = failing_worker(Duration::from_millis(300)).await;
+    let (gw, admin) = gateway(&[&worker.url, &failing.url], 1).await;
+    let (gw, admin) = (&gw, admin.as_str());
+    let client = client();
+    let c = &client;
+    testkit::wait_until(Duration::from_secs(10), "both workers are ready", || async {
+        let v: serde_json::Value =
+            c.get(format!("{admin}/v1/pools")).send().await.unwrap().json().await.unwrap_or_default();
+        let workers = v[0]["workers"].as_array().cloned().unwrap_or_default();
+        workers.len() == 2 && workers.iter().all(|w| w["health"] == "ready")
+    })
+    .await;
+    let worker_before = metric_sum(&metrics(c, &worker.url).await, "worker_queries_total", &[("outcome", "ok")]);
+
+    // Bursts of concurrent requests until the failing worker has dropped a few merges.
+    let mut answers: BTreeMap<String, u64> = BTreeMap::new();
+    let mut sent = 0u64;
+    for round in 0..50 {
+        if failing.merges.load(Ordering::SeqCst) >= 3 {
+            break;
+        }
+        let tasks: Vec<_> = (0..32)
+            .map(|i| {
+                let (c, base) = (c.clone(), gw.url.clone());
+                tokio::spawn(async move { ask(&c, &base, i, &format!("r{round}-q{i}")).await })
+            })
+            .collect();
+        for (i, t) in tasks.into_iter().enumerate() {
+            let got = t.await.unwrap();
+            sent += 1;
+            assert_eq!(got.status, 200, "{got:?}");
+            assert_eq!(got.request_id.as_deref(), Some(format!("r{round}-q{i}").as_str()));
+            let intent = serde_json::from_str::<serde_json::Value>(&got.body).unwrap()["intent"].to_string();
+            let from = if intent.contains("FromTheFailingWorker") { "failing" } else { "worker" };
+            *answers.entry(from.to_owned()).or_default() += 1;
+        }
+    }
+    let merges = failing.merges.load(Ordering::SeqCst);
+    eprintln!("{sent} requests, answers {answers:?}, {merges} merges dropped by the failing worker");
+    assert!(merges >= 1, "the failing worker never got a merge");
+
+    // Every request answered once: the failing worker answered its singles, the real worker
+    // every other query, each exactly once (retried members included, none twice).
+    let from_failing = answers.get("failing").copied().unwrap_or(0);
+    assert_eq!(from_failing, failing.singles.load(Ordering::SeqCst), "{answers:?}");
+    let worker_queries =
+        metric_sum(&metrics(c, &worker.url).await, "worker_queries_total", &[("outcome", "ok")]) - worker_before;
+    assert_eq!(worker_queries as u64, sent - from_failing, "{answers:?}");
+    let gateway = metrics(c, admin).await;
+    assert_eq!(metric_sum(&gateway, "gateway_requests_total", &[("outcome", "ok")]) as u64, sent);
+    assert!(metric_sum(&gateway, "gateway_retries_total", &[("reason", "dropped")]) >= 1.0, "{gateway}");
+}

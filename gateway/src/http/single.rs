@@ -1,0 +1,136 @@
+//! Which client requests may be merged with others bound for the same worker (`routing::coalesce`):
+//! a `/predict` request of exactly one query, in a form the worker's list form answers the same
+//! way, read here as the worker reads it (`worker/src/http/predict.rs`):
+//!
+//! * `GET ?query=VALUE` and nothing else (no `all_scores`, no other parameter), `VALUE` decoded
+//!   as the form decoder decodes it (`+` a space, `%` and two hex digits a byte, any other `%`
+//!   itself) into valid UTF-8;
+//! * `POST {"query": "..."}`: a JSON object with `query` and no `queries`, no `all_scores` (or
+//!   `false`), no other field;
+//! * a query the worker takes: not empty or blank (a merge with one query the worker refuses
+//!   would be refused whole; such a request goes alone and gets the worker's 400).
+//!
+//! Everything else goes alone, as it came: `all_scores` (the list form takes it for the whole
+//! list, so it could not differ within a merge), `{"queries": [...]}`, heavy requests, bodies
+//! the worker refuses, `HEAD`, and the Open Inference Protocol's routes. A query that turns out
+//! refused for another reason (longer than the worker's `--max-query-bytes`) makes the worker
+//! refuse its merge; its members are then sent alone (`routing::coalesce`).
+
+use http::Method;
+
+use super::cost::query_tokens;
+use crate::routing::Single;
+
+/// The request's one query if it may be merged (see the module documentation); `query` is the
+/// raw query string, `max_query_tokens` the cap of one query's estimate.
+pub(super) fn single(method: &Method, query: Option<&str>, body: &[u8], max_query_tokens: u64) -> Option<Single> {
+    let q = if *method == Method::GET {
+        decode_lone_query(query?)?
+    } else if *method == Method::POST {
+        from_body(body)?
+    } else {
+        return None;
+    };
+    if q.trim().is_empty() {
+        return None;
+    }
+    Single::new(&q, query_tokens(&q, max_query_tokens))
+}
+
+/// `query=VALUE` and nothing else, decoded as the worker's form decoder does; `None` for any
+/// other shape or a value that is not UTF-8 once decoded.
+fn decode_lone_query(raw: &str) -> Option<String> {
+    let value = raw.strip_prefix("query=")?.as_bytes();
+    if value.contains(&b'&') {
+        return None;
+    }
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut decoded = Vec::with_capacity(value.len());
+    let mut i = 0;
+    while i < value.len() {
+        let byte = match value[i] {
+            b'+' => b' ',
+            b'%' => match (value.get(i + 1).and_then(|&b| hex(b)), value.get(i + 2).and_then(|&b| hex(b))) {
+                (Some(high), Some(low)) => {
+                    i += 2;
+                    (high * 16 + low) as u8
+                }
+                _ => b'%',
+            },
+            other => other,
+        };
+        decoded.push(byte);
+        i += 1;
+    }
+    String::from_utf8(decoded).ok()
+}
+
+/// The `query` of a body `{"query": "..."}` the worker takes as one query without `all_scores`.
+fn from_body(body: &[u8]) -> Option<String> {
+    // The worker refuses a body that is not a JSON object (serde would read a struct from an
+    // array); only objects are requests.
+    if body.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r')) != Some(&b'{') {
+        return None;
+    }
+    match serde_json::from_slice::<wire::PredictRequest>(body) {
+        Ok(wire::PredictRequest { query: Some(q), queries: None, all_scores: false }) => Some(q),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(raw: &str) -> Option<Single> {
+        single(&Method::GET, Some(raw), b"", 128)
+    }
+
+    fn post(body: &str) -> Option<Single> {
+        single(&Method::POST, None, body.as_bytes(), 128)
+    }
+
+    #[test]
+    fn one_query_without_options_may_be_merged() {
+        assert_eq!(get("query=play+some%20jazz"), Single::new("play some jazz", 14));
+        assert_eq!(get("query=100%"), Single::new("100%", 6), "a lone % is itself, as the worker reads it");
+        assert_eq!(post(r#" {"query": "play \"jazz\""} "#), Single::new("play \"jazz\"", 12));
+        assert_eq!(post(r#"{"query":"x","all_scores":false}"#), Single::new("x", 3));
+    }
+
+    #[test]
+    fn anything_the_list_form_would_answer_differently_goes_alone() {
+        for raw in [
+            "query=a&all_scores=true",
+            "all_scores=true&query=a",
+            "query=a&x=1",
+            "q=a",
+            "query=%FF",
+            "query=",
+            "query=+%20",
+        ] {
+            assert_eq!(get(raw), None, "{raw}");
+        }
+        assert_eq!(single(&Method::GET, None, b"", 128), None);
+        for body in [
+            r#"{"query":"a","all_scores":true}"#,
+            r#"{"queries":["a"]}"#,
+            r#"{"query":"a","queries":["b"]}"#,
+            r#"{"query":"a","extra":1}"#,
+            r#"["a"]"#,
+            r#"{"query":"  "}"#,
+            r#"{"query":"a""#,
+            "",
+        ] {
+            assert_eq!(post(body), None, "{body}");
+        }
+        assert_eq!(single(&Method::HEAD, Some("query=a"), b"", 128), None);
+        assert_eq!(single(&Method::PUT, None, br#"{"query":"a"}"#, 128), None);
+    }
+
+    #[test]
+    fn a_query_costs_its_visible_characters_plus_two_at_most_the_cap() {
+        let long = format!("query={}", "ab+".repeat(200));
+        assert_eq!(single(&Method::GET, Some(&long), b"", 128).map(|s| s.tokens()), Some(128));
+    }
+}
