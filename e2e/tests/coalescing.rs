@@ -63,7 +63,7 @@ struct Got {
 /// Query `i`, as a GET (even `i`) or a POST (odd), with request id `id`.
 async fn ask(c: &reqwest::Client, base: &str, i: usize, id: &str) -> Got {
     let query = format!("play some jazz number {i}");
-    let req = if i % 2 == 0 {
+    let req = if i.is_multiple_of(2) {
         c.get(format!("{base}/predict")).query(&[("query", &query)])
     } else {
         c.post(format!("{base}/predict")).json(&serde_json::json!({ "query": query }))
