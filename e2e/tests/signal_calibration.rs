@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use testkit::Server;
 use testkit::http::{client, get};
+use testkit::load::{Unanswered, open_loop};
 use tokio::process::Command;
 use tokio::time::Instant;
 
@@ -65,31 +66,6 @@ async fn wait_calibrated(c: &reqwest::Client, admin: &str, n: usize) -> f64 {
     }
 }
 
-/// Sends `rate` queries a second to `url`, open loop (each on its own task, never waiting for
-/// the last), for `d`; counts the answers that were not 200 or 429.
-async fn open_loop(c: &reqwest::Client, url: &str, rate: f64, d: Duration, odd: &Arc<AtomicU64>) {
-    let start = Instant::now();
-    let mut sent = 0u64;
-    let mut tasks = tokio::task::JoinSet::new();
-    while start.elapsed() < d {
-        let due = start + Duration::from_secs_f64(sent as f64 / rate);
-        tokio::time::sleep_until(due).await;
-        sent += 1;
-        let (c, url, odd) = (c.clone(), url.to_owned(), odd.clone());
-        tasks.spawn(async move {
-            let body = format!(r#"{{"query":"play some jazz music by artist {sent}"}}"#);
-            match c.post(&url).body(body).timeout(Duration::from_secs(20)).send().await {
-                Ok(r) if r.status() == 200 || r.status() == 429 => {}
-                _ => {
-                    odd.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
-        while tasks.try_join_next().is_some() {}
-    }
-    tasks.abort_all();
-}
-
 /// The median of the pool's signal read every 100 ms for `d`, with the demand of the last read.
 async fn signal_median(c: &reqwest::Client, admin: &str, d: Duration) -> (f64, f64) {
     let start = Instant::now();
@@ -117,7 +93,9 @@ async fn sweep(replicas: usize, fractions: &[f64]) {
         let rate = f * cap;
         let load = {
             let (c, url, odd) = (c.clone(), url.clone(), odd.clone());
-            tokio::spawn(async move { open_loop(&c, &url, rate, Duration::from_secs(5), &odd).await })
+            tokio::spawn(
+                async move { open_loop(&c, &url, rate, Duration::from_secs(5), &odd, Unanswered::Abandon).await },
+            )
         };
         // The demand window (2 s) fills, then the signal is read for 2 s.
         tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -175,7 +153,9 @@ async fn two_gateway_replicas_each_read_the_whole_demand() {
     let mut loads = Vec::new();
     for gw in [&gw1, &gw2] {
         let (c, url, odd) = (c.clone(), gw.at("/predict"), odd.clone());
-        loads.push(tokio::spawn(async move { open_loop(&c, &url, rate / 2.0, Duration::from_secs(6), &odd).await }));
+        loads.push(tokio::spawn(async move {
+            open_loop(&c, &url, rate / 2.0, Duration::from_secs(6), &odd, Unanswered::Abandon).await
+        }));
     }
     tokio::time::sleep(Duration::from_millis(3500)).await;
     let ((s1, d1), (s2, d2)) = tokio::join!(

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use testkit::Server;
+use testkit::load::{Unanswered, open_loop};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -133,7 +134,7 @@ async fn the_scaler_settles_at_ceil_r_within_two_sync_periods_of_each_step_up() 
     for r in STEPS {
         let rate = r * capacity() * U;
         starts.push(unix_now());
-        open_loop(&c, &url, rate, STEP, &odd).await;
+        open_loop(&c, &url, rate, STEP, &odd, Unanswered::Await).await;
     }
     let end = unix_now();
     scaler.stop().await;
@@ -191,30 +192,4 @@ fn points(path: &Path, name: &str) -> Vec<(f64, f64)> {
         .filter(|v| v["series"] == name)
         .map(|v| (v["t"].as_f64().unwrap(), v["value"].as_f64().unwrap()))
         .collect()
-}
-
-/// Sends `rate` queries a second to `url`, open loop (each on its own task), for `d`; counts
-/// the answers that were not 200 or 429.
-async fn open_loop(c: &reqwest::Client, url: &str, rate: f64, d: Duration, odd: &Arc<AtomicU64>) {
-    let start = Instant::now();
-    let mut sent = 0u64;
-    let mut tasks = tokio::task::JoinSet::new();
-    while start.elapsed() < d {
-        let due = start + Duration::from_secs_f64(sent as f64 / rate);
-        tokio::time::sleep_until(due).await;
-        sent += 1;
-        let (c, url, odd) = (c.clone(), url.to_owned(), odd.clone());
-        tasks.spawn(async move {
-            let body = format!(r#"{{"query":"play some jazz music by artist {sent}"}}"#);
-            match c.post(&url).body(body).timeout(Duration::from_secs(20)).send().await {
-                Ok(r) if r.status() == 200 || r.status() == 429 => {}
-                _ => {
-                    odd.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        });
-        while tasks.try_join_next().is_some() {}
-    }
-    // The last requests are answered before the next step's clock starts.
-    while tasks.join_next().await.is_some() {}
 }

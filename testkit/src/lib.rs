@@ -20,6 +20,7 @@ pub mod chart;
 pub mod fault;
 pub mod http;
 pub mod layers;
+pub mod load;
 mod paths;
 mod server;
 
