@@ -38,6 +38,37 @@ pub struct PredictRequest {
     pub all_scores: bool,
 }
 
+/// The value of a query string that is `query=VALUE` and nothing else, decoded in one pass as
+/// the form decoder decodes it (`+` is a space, `%` and two hex digits a byte, any other `%`
+/// itself); `None` for any other shape, or a value that is not UTF-8 once decoded. The worker's
+/// fast path for `GET /predict?query=...` and the gateway's test of what it may merge, so both
+/// read a query string the same way.
+pub fn decode_lone_query(raw: &str) -> Option<String> {
+    let value = raw.strip_prefix("query=")?.as_bytes();
+    if value.contains(&b'&') {
+        return None;
+    }
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut decoded = Vec::with_capacity(value.len());
+    let mut i = 0;
+    while i < value.len() {
+        let byte = match value[i] {
+            b'+' => b' ',
+            b'%' => match (value.get(i + 1).and_then(|&b| hex(b)), value.get(i + 2).and_then(|&b| hex(b))) {
+                (Some(high), Some(low)) => {
+                    i += 2;
+                    (high * 16 + low) as u8
+                }
+                _ => b'%',
+            },
+            other => other,
+        };
+        decoded.push(byte);
+        i += 1;
+    }
+    String::from_utf8(decoded).ok()
+}
+
 /// Query string of `GET /predict?query=...&all_scores=true`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PredictParams {

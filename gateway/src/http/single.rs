@@ -25,7 +25,7 @@ use crate::routing::Single;
 /// raw query string, `max_query_tokens` the cap of one query's estimate.
 pub(super) fn single(method: &Method, query: Option<&str>, body: &[u8], max_query_tokens: u64) -> Option<Single> {
     let q = if *method == Method::GET {
-        decode_lone_query(query?)?
+        wire::decode_lone_query(query?)?
     } else if *method == Method::POST {
         from_body(body)?
     } else {
@@ -35,34 +35,6 @@ pub(super) fn single(method: &Method, query: Option<&str>, body: &[u8], max_quer
         return None;
     }
     Single::new(&q, query_tokens(&q, max_query_tokens))
-}
-
-/// `query=VALUE` and nothing else, decoded as the worker's form decoder does; `None` for any
-/// other shape or a value that is not UTF-8 once decoded.
-fn decode_lone_query(raw: &str) -> Option<String> {
-    let value = raw.strip_prefix("query=")?.as_bytes();
-    if value.contains(&b'&') {
-        return None;
-    }
-    let hex = |b: u8| char::from(b).to_digit(16);
-    let mut decoded = Vec::with_capacity(value.len());
-    let mut i = 0;
-    while i < value.len() {
-        let byte = match value[i] {
-            b'+' => b' ',
-            b'%' => match (value.get(i + 1).and_then(|&b| hex(b)), value.get(i + 2).and_then(|&b| hex(b))) {
-                (Some(high), Some(low)) => {
-                    i += 2;
-                    (high * 16 + low) as u8
-                }
-                _ => b'%',
-            },
-            other => other,
-        };
-        decoded.push(byte);
-        i += 1;
-    }
-    String::from_utf8(decoded).ok()
 }
 
 /// The `query` of a body `{"query": "..."}` the worker takes as one query without `all_scores`.

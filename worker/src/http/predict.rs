@@ -70,29 +70,7 @@ pub fn parse_query(raw: &str) -> Result<Call, ApiError> {
 /// pass, its form parser's copies and lossy decoding, or serde (an eighth of the worker's own
 /// instructions per request, under callgrind, before it).
 fn parse_lone_query(raw: &str) -> Option<Call> {
-    let value = raw.strip_prefix("query=")?.as_bytes();
-    if value.contains(&b'&') {
-        return None;
-    }
-    let hex = |b: u8| char::from(b).to_digit(16);
-    let mut decoded = Vec::with_capacity(value.len());
-    let mut i = 0;
-    while i < value.len() {
-        let byte = match value[i] {
-            b'+' => b' ',
-            b'%' => match (value.get(i + 1).and_then(|&b| hex(b)), value.get(i + 2).and_then(|&b| hex(b))) {
-                (Some(high), Some(low)) => {
-                    i += 2;
-                    (high * 16 + low) as u8
-                }
-                _ => b'%',
-            },
-            other => other,
-        };
-        decoded.push(byte);
-        i += 1;
-    }
-    let query = String::from_utf8(decoded).ok()?;
+    let query = wire::decode_lone_query(raw)?;
     Some(Call { queries: smallvec![query], batch: false, all_scores: false })
 }
 
