@@ -10,11 +10,13 @@
 //! addresses holding the most connections first and only of addresses holding more than the new
 //! connection's (idle keep-alive connections drain; those still waiting for a request head close
 //! at once: nginx too closes idle connections when it runs out), and the new one waits up to
-//! [`EVICT_WAIT`] for their place. If none could be closed, it
-//! is answered 503 `overloaded` with `Retry-After` and `Connection: close` (read or not, the
-//! request is not served), as every other overload in this project is. At most
-//! [`refusal_slots`] such answers are in progress at once; beyond that a connection is closed at
-//! once.
+//! [`EVICT_WAIT`] for their place (the places it freed are kept from later newcomers until its
+//! wait is queued). If none could be closed, it is answered 503 `overloaded` with `Retry-After`
+//! and `Connection: close` (read or not, the request is not served), as every other overload in
+//! this project is. At most [`refusal_slots`] such answers are in progress at once; beyond that
+//! a connection is closed at once. A newcomer that closed connections but did not get a place in
+//! time is always answered 503, never just closed (a close with its request unread would be a
+//! reset).
 //!
 //! `accept` failures: out of file descriptors (`EMFILE`, `ENFILE`) or memory, the loop evicts
 //! idle connections and sleeps with a doubling backoff (10 ms to 1 s) instead of spinning;
@@ -31,6 +33,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -164,6 +167,7 @@ impl Server {
             } else {
                 usize::MAX
             },
+            room_waiters: Arc::new(AtomicUsize::new(0)),
         };
         let mut shutdown = pin!(shutdown);
         let mut backoff = Backoff::default();
@@ -233,6 +237,8 @@ struct Admit<S> {
     cap: usize,
     /// `--max-connections-per-address`; `usize::MAX` when it is the whole cap.
     per_address: usize,
+    /// Newcomers that made room at the cap and whose wait for it is not queued yet.
+    room_waiters: Arc<AtomicUsize>,
 }
 
 impl<S, B> Admit<S>
@@ -258,7 +264,12 @@ where
             }
             return;
         };
-        if let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() {
+        // Places freed for newcomers that made room are theirs: until such a newcomer's wait is
+        // queued on the semaphore (its task has not run yet), the loop leaves that many alone.
+        let waiting = self.room_waiters.load(Ordering::Acquire);
+        if self.permits.available_permits() > waiting
+            && let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned()
+        {
             tokio::spawn(conn::serve(stream, Arc::clone(&self.shared), self.service.clone(), permit, address));
             return;
         }
@@ -268,25 +279,39 @@ where
             self.shared.metrics.refused.inc();
             return;
         }
-        let (shared, permits, refusals, service, retry_after_s) = (
-            Arc::clone(&self.shared),
-            Arc::clone(&self.permits),
-            Arc::clone(&self.refusals),
-            self.service.clone(),
-            self.retry_after_s,
-        );
-        // A newcomer that made room waits for it without a refusal slot (each such wait closed
-        // a connection, so they are bounded by the connections there are to close).
+        let (shared, permits, service, retry_after_s) =
+            (Arc::clone(&self.shared), Arc::clone(&self.permits), self.service.clone(), self.retry_after_s);
+        // A newcomer that made room waits for it, and if it does not come in time is answered
+        // 503, with or without a refusal slot: each such wait closed a connection, so they are
+        // bounded by the connections there are to close, and its request (perhaps sent already)
+        // gets an answer rather than the reset of a close with unread bytes.
+        let waiter = (evicted > 0).then(|| RoomWaiter::new(&self.room_waiters));
         tokio::spawn(async move {
-            if evicted > 0
-                && let Ok(Ok(permit)) = tokio::time::timeout(EVICT_WAIT, permits.acquire_owned()).await
-            {
+            if let Some(waiter) = waiter {
+                let acquire = permits.acquire_owned();
+                let mut acquire = pin!(acquire);
+                // Queued on the semaphore at this first poll: from here released places go to it.
+                let first = futures::poll!(acquire.as_mut());
+                drop(waiter);
+                let permit = match first {
+                    std::task::Poll::Ready(p) => p.ok(),
+                    std::task::Poll::Pending => {
+                        tokio::time::timeout(EVICT_WAIT, acquire).await.ok().and_then(Result::ok)
+                    }
+                };
+                if let Some(permit) = permit {
+                    drop(refusal);
+                    return conn::serve(stream, shared, service, permit, address).await;
+                }
+                drop(address);
+                shared.metrics.refused.inc();
+                refuse(stream, retry_after_s).await;
                 drop(refusal);
-                return conn::serve(stream, shared, service, permit, address).await;
+                return;
             }
             drop(address);
             shared.metrics.refused.inc();
-            if let Some(slot) = refusal.or_else(|| refusals.try_acquire_owned().ok()) {
+            if let Some(slot) = refusal {
                 refuse(stream, retry_after_s).await;
                 drop(slot);
             }
@@ -340,6 +365,22 @@ async fn refuse(mut stream: TcpStream, retry_after_s: u64) {
         Ok::<_, io::Error>(())
     })
     .await;
+}
+
+/// Counts a newcomer that made room at the cap until its wait for the place is queued.
+struct RoomWaiter(Arc<AtomicUsize>);
+
+impl RoomWaiter {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(count))
+    }
+}
+
+impl Drop for RoomWaiter {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// `accept` errors that concern only the connection being accepted.
