@@ -1,7 +1,8 @@
 //! Coalescing in the gateway's worker hop (issue 29), against the built binaries: concurrent
-//! single-query requests bound for one worker reach it as fewer, merged `{"queries": [...]}`
-//! requests, and each client gets exactly the answer the worker gives that query alone (the same
-//! bytes, status and `Content-Type`, its own `x-request-id`); when a worker fails a merge mid-way
+//! single-query requests bound for one worker (`/predict`'s GET and POST, and the Open Inference
+//! Protocol's inferences of one text) reach it as fewer, merged `{"queries": [...]}` requests,
+//! and each client gets exactly the answer the worker gives that request alone (the same bytes,
+//! status and `Content-Type`, its own `x-request-id`); when a worker fails a merge mid-way
 //! (the request read, the connection dropped), every client request in it is retried on another
 //! worker and answered once.
 //!
@@ -60,13 +61,41 @@ struct Got {
     body: String,
 }
 
-/// Query `i`, as a GET (even `i`) or a POST (odd), with request id `id`.
-async fn ask(c: &reqwest::Client, base: &str, i: usize, id: &str) -> Got {
+/// How a query is asked.
+#[derive(Debug, Clone, Copy)]
+enum Form {
+    /// `GET /predict?query=...`
+    Get,
+    /// `POST /predict {"query": ...}`
+    Post,
+    /// `POST /v2/models/snips-minilm-l6/infer`, one text (varied: an id, shape `[1, 1]`, one
+    /// output named).
+    Oip,
+}
+
+/// Query `i` in form `form`, with request id `id`.
+async fn ask(c: &reqwest::Client, base: &str, i: usize, form: Form, id: &str) -> Got {
     let query = format!("play some jazz number {i}");
-    let req = if i.is_multiple_of(2) {
-        c.get(format!("{base}/predict")).query(&[("query", &query)])
-    } else {
-        c.post(format!("{base}/predict")).json(&serde_json::json!({ "query": query }))
+    let req = match form {
+        Form::Get => c.get(format!("{base}/predict")).query(&[("query", &query)]),
+        Form::Post => c.post(format!("{base}/predict")).json(&serde_json::json!({ "query": query })),
+        Form::Oip => {
+            let (shape, data) = if i.is_multiple_of(2) {
+                (serde_json::json!([1]), serde_json::json!([query]))
+            } else {
+                (serde_json::json!([1, 1]), serde_json::json!([[query]]))
+            };
+            let mut body = serde_json::json!({
+                "inputs": [{"name": "text", "shape": shape, "datatype": "BYTES", "data": data}],
+            });
+            if i.is_multiple_of(3) {
+                body["id"] = serde_json::json!(format!("oip-{i}"));
+            }
+            if i % 4 == 1 {
+                body["outputs"] = serde_json::json!([{"name": "score"}]);
+            }
+            c.post(format!("{base}/v2/models/snips-minilm-l6/infer")).json(&body)
+        }
     };
     let resp = req.header("x-request-id", id).send().await.expect("an answer");
     let header = |name: &str| resp.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
@@ -87,39 +116,71 @@ async fn concurrent_single_queries_reach_the_worker_merged_and_come_back_as_the_
     })
     .await;
 
-    // What the worker answers each query alone, asked directly.
-    const QUERIES: usize = 64;
-    let mut alone = Vec::new();
-    for i in 0..QUERIES {
-        alone.push(ask(c, &worker.url, i, "direct").await);
-    }
-    let worker_before = metrics(c, &worker.url).await;
-    let requests_before = metric_sum(&worker_before, "worker_requests_total", &[("outcome", "ok")]);
-    let queries_before = metric_sum(&worker_before, "worker_queries_total", &[("outcome", "ok")]);
+    // The gateway merges an Open Inference Protocol request only to a worker whose stats named
+    // the model: wait for them.
+    testkit::wait_until(Duration::from_secs(10), "the worker's stats reached the gateway", || async {
+        let m = metrics(c, admin).await;
+        // +Inf until the first snapshot.
+        m.lines()
+            .filter(|l| l.starts_with("gateway_worker_telemetry_age_seconds{"))
+            .any(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).is_some_and(f64::is_finite))
+    })
+    .await;
 
-    // The same queries through the gateway, 4 rounds of all of them at once.
-    const ROUNDS: usize = 4;
-    for round in 0..ROUNDS {
+    // What the worker answers each query alone, asked directly, in each form.
+    const QUERIES: usize = 64;
+    let forms = [Form::Get, Form::Post, Form::Oip];
+    let mut alone = BTreeMap::new();
+    for i in 0..QUERIES {
+        for (f, form) in forms.iter().enumerate() {
+            alone.insert((i, f), ask(c, &worker.url, i, *form, "direct").await);
+        }
+    }
+    assert!(alone[&(0, 2)].body.contains(r#""id":"oip-0""#), "{:?}", alone[&(0, 2)]);
+
+    // The same queries through the gateway, all at once: 3 rounds of the forms mixed (query i
+    // in form i + round), then a round of the protocol's requests alone.
+    let rounds: Vec<Box<dyn Fn(usize) -> usize>> =
+        vec![Box::new(|i| i % 3), Box::new(|i| (i + 1) % 3), Box::new(|i| (i + 2) % 3), Box::new(|_| 2)];
+    let mut oip_round = (0.0, 0.0);
+    for (round, form_of) in rounds.iter().enumerate() {
+        let before = metrics(c, &worker.url).await;
         let tasks: Vec<_> = (0..QUERIES)
             .map(|i| {
-                let (c, base) = (c.clone(), gw.url.clone());
-                tokio::spawn(async move { ask(&c, &base, i, &format!("r{round}-q{i}")).await })
+                let (c, base, form) = (c.clone(), gw.url.clone(), forms[form_of(i)]);
+                tokio::spawn(async move { ask(&c, &base, i, form, &format!("r{round}-q{i}")).await })
             })
             .collect();
         for (i, t) in tasks.into_iter().enumerate() {
             let got = t.await.unwrap();
-            let want = Got { request_id: Some(format!("r{round}-q{i}")), ..alone[i].clone() };
-            assert_eq!(got, want, "query {i}, round {round}");
+            let want = Got { request_id: Some(format!("r{round}-q{i}")), ..alone[&(i, form_of(i))].clone() };
+            assert_eq!(got, want, "query {i}, round {round}, {:?}", forms[form_of(i)]);
         }
+        let after = metrics(c, &worker.url).await;
+        let delta = |name: &str| {
+            metric_sum(&after, name, &[("outcome", "ok")]) - metric_sum(&before, name, &[("outcome", "ok")])
+        };
+        oip_round = (delta("worker_requests_total"), delta("worker_queries_total"));
     }
 
     let worker_after = metrics(c, &worker.url).await;
-    let requests = metric_sum(&worker_after, "worker_requests_total", &[("outcome", "ok")]) - requests_before;
-    let queries = metric_sum(&worker_after, "worker_queries_total", &[("outcome", "ok")]) - queries_before;
-    let sent = (QUERIES * ROUNDS) as f64;
+    let (requests, queries) = (
+        metric_sum(&worker_after, "worker_requests_total", &[("outcome", "ok")]),
+        metric_sum(&worker_after, "worker_queries_total", &[("outcome", "ok")]),
+    );
+    let direct = (QUERIES * forms.len()) as f64;
+    let (requests, queries) = (requests - direct, queries - direct);
+    let sent = (QUERIES * rounds.len()) as f64;
     eprintln!("{requests} worker requests carried {queries} queries of {sent} client requests");
+    eprintln!("the protocol's round: {} worker requests carried {} queries", oip_round.0, oip_round.1);
     assert_eq!(queries, sent, "every query reached the worker once");
     assert!(requests < sent / 2.0, "{requests} worker requests for {sent} client requests: not merged");
+    assert_eq!(oip_round.1, QUERIES as f64);
+    assert!(
+        oip_round.0 < QUERIES as f64 / 2.0,
+        "the protocol's requests: {} worker requests for {QUERIES}",
+        oip_round.0
+    );
     let gateway = metrics(c, admin).await;
     let coalesced = metric_sum(&gateway, "gateway_coalesced_requests_total", &[]);
     let exchanges = metric_sum(&gateway, "gateway_coalesced_exchanges_total", &[]);
@@ -234,9 +295,10 @@ async fn a_merge_dropped_mid_way_has_every_request_in_it_retried_elsewhere_and_a
             break;
         }
         let tasks: Vec<_> = (0..32)
-            .map(|i| {
+            .map(|i: usize| {
                 let (c, base) = (c.clone(), gw.url.clone());
-                tokio::spawn(async move { ask(&c, &base, i, &format!("r{round}-q{i}")).await })
+                let form = if i.is_multiple_of(2) { Form::Get } else { Form::Post };
+                tokio::spawn(async move { ask(&c, &base, i, form, &format!("r{round}-q{i}")).await })
             })
             .collect();
         for (i, t) in tasks.into_iter().enumerate() {

@@ -184,6 +184,9 @@ where
         Target::Predict if !cost.heavy && state.coalesce => {
             super::single::single(&parts.method, parts.uri.query(), &body, cfg.max_query_tokens)
         }
+        Target::Oip(path) if !cost.heavy && state.coalesce && parts.method == Method::POST => {
+            super::single::oip(path, &parts.headers, &body, cfg.max_query_tokens)
+        }
         _ => None,
     };
     Ok(Incoming {

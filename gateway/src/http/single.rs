@@ -10,16 +10,23 @@
 //! * a query the worker takes: not empty or blank (a merge with one query the worker refuses
 //!   would be refused whole; such a request goes alone and gets the worker's 400).
 //!
+//! And an Open Inference Protocol inference of one text ([`oip`]): `POST
+//! /v2/models/{model}[/versions/{version}]/infer` whose body the `oip` crate reads as a request
+//! of exactly one text, not blank, without the `logits` output (a `/predict` answer has no
+//! logits), and without Triton's binary tensor header. Its answer is made from the merge's item
+//! as the worker makes it; it goes in a merge only to a worker whose stats name that model (else
+//! alone, and the worker answers it).
+//!
 //! Everything else goes alone, as it came: `all_scores` (the list form takes it for the whole
 //! list, so it could not differ within a merge), `{"queries": [...]}`, heavy requests, bodies
-//! the worker refuses, `HEAD`, and the Open Inference Protocol's routes. A query that turns out
+//! the worker refuses, `HEAD`, and the Open Inference Protocol's other routes. A query that turns out
 //! refused for another reason (longer than the worker's `--max-query-bytes`) makes the worker
 //! refuse its merge; its members are then sent alone (`routing::coalesce`).
 
 use http::Method;
 
 use super::cost::query_tokens;
-use crate::routing::Single;
+use crate::routing::{OipSingle, Single};
 
 /// The request's one query if it may be merged (see the module documentation); `query` is the
 /// raw query string, `max_query_tokens` the cap of one query's estimate.
@@ -35,6 +42,40 @@ pub(super) fn single(method: &Method, query: Option<&str>, body: &[u8], max_quer
         return None;
     }
     Single::new(&q, query_tokens(&q, max_query_tokens))
+}
+
+/// The request's one text if it is an Open Inference Protocol inference that may be merged
+/// (see the module documentation); `path` is the worker's route, `/v2/models/...`.
+pub(super) fn oip(path: &str, headers: &http::HeaderMap, body: &[u8], max_query_tokens: u64) -> Option<Single> {
+    let (model, version) = infer_route(path)?;
+    if headers.contains_key("inference-header-content-length") {
+        return None;
+    }
+    let mut call = oip::InferCall::from_json(body).ok()?;
+    if call.texts.len() != 1 || call.wants(oip::Output::Logits) {
+        return None;
+    }
+    let text = call.texts.pop()?;
+    if text.trim().is_empty() {
+        return None;
+    }
+    let tokens = query_tokens(&text, max_query_tokens);
+    Single::oip(&text, tokens, OipSingle { model, version, call })
+}
+
+/// The model and version of an inference route, `/v2/models/{model}[/versions/{version}]/infer`,
+/// percent-decoded as the worker's router decodes path parameters.
+fn infer_route(path: &str) -> Option<(String, Option<String>)> {
+    let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
+    let decode = |s: &str| {
+        (!s.is_empty() && !s.contains('/'))
+            .then(|| percent_encoding::percent_decode_str(s).decode_utf8().ok().map(|c| c.into_owned()))
+            .flatten()
+    };
+    match rest.split_once("/versions/") {
+        Some((model, version)) => Some((decode(model)?, Some(decode(version)?))),
+        None => Some((decode(rest)?, None)),
+    }
 }
 
 /// The `query` of a body `{"query": "..."}` the worker takes as one query without `all_scores`.
@@ -98,6 +139,50 @@ mod tests {
         }
         assert_eq!(single(&Method::HEAD, Some("query=a"), b"", 128), None);
         assert_eq!(single(&Method::PUT, None, br#"{"query":"a"}"#, 128), None);
+    }
+
+    fn oip_req(path: &str, body: &str) -> Option<Single> {
+        oip(path, &http::HeaderMap::new(), body.as_bytes(), 128)
+    }
+
+    const ONE: &str = r#"{"id":"7","parameters":{"x":1},"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["play jazz"]}]}"#;
+
+    #[test]
+    fn an_inference_of_one_text_may_be_merged_to_a_worker_serving_its_model() {
+        let s = oip_req("/v2/models/m/infer", ONE).expect("one text");
+        assert_eq!(s.tokens(), 10, "its visible characters plus two");
+        let o = s.oip_form().unwrap();
+        assert_eq!((o.model.as_str(), o.version.as_deref(), o.call.id.as_deref()), ("m", None, Some("7")));
+        assert!(o.call.texts.is_empty(), "the text is the merge's, not kept twice");
+        let v = oip_req("/v2/models/my%20model/versions/1/infer", ONE).unwrap();
+        let o = v.oip_form().unwrap();
+        assert_eq!((o.model.as_str(), o.version.as_deref()), ("my model", Some("1")), "decoded as the worker decodes");
+        let column = r#"{"inputs":[{"name":"text","shape":[1,1],"datatype":"BYTES","data":[["a"]]}],"outputs":[{"name":"score"}]}"#;
+        assert!(oip_req("/v2/models/m/infer", column).unwrap().oip_form().unwrap().call.column);
+    }
+
+    #[test]
+    fn inferences_the_list_form_cannot_answer_go_alone() {
+        let two = r#"{"inputs":[{"name":"text","shape":[2],"datatype":"BYTES","data":["a","b"]}]}"#;
+        let logits =
+            r#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}],"outputs":[{"name":"logits"}]}"#;
+        let blank = r#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":[" "]}]}"#;
+        let wrong = r#"{"inputs":[{"name":"text","shape":[2],"datatype":"BYTES","data":["a"]}]}"#;
+        for body in [two, logits, blank, wrong, "{", ""] {
+            assert_eq!(oip_req("/v2/models/m/infer", body), None, "{body}");
+        }
+        for path in [
+            "/v2/models/m/ready",
+            "/v2/models/m",
+            "/v2/models//infer",
+            "/v2/models/a/b/infer",
+            "/v2/models/m/versions//infer",
+        ] {
+            assert_eq!(oip_req(path, ONE), None, "{path}");
+        }
+        let mut binary = http::HeaderMap::new();
+        binary.insert("inference-header-content-length", "10".parse().unwrap());
+        assert_eq!(oip("/v2/models/m/infer", &binary, ONE.as_bytes(), 128), None, "Triton's binary extension");
     }
 
     #[test]

@@ -162,6 +162,9 @@ pub(crate) struct Endpoint {
     default_rtt: Duration,
     rtt_decay: Duration,
     snapshot: Mutex<Option<Snapshot>>,
+    /// The model the worker serves, by the name its Open Inference Protocol routes answer to
+    /// (from its stats; `None` until they arrive).
+    model: Mutex<Option<Arc<str>>>,
     /// Last pressure computed from fresh telemetry: held while telemetry is stale.
     held_pressure: Mutex<Option<f64>>,
     /// Woken when the worker becomes ready (shared with its pool).
@@ -237,6 +240,7 @@ impl Endpoint {
             default_rtt: rtt.default,
             rtt_decay: rtt.decay,
             snapshot: Mutex::new(None),
+            model: Mutex::new(None),
             held_pressure: Mutex::new(None),
             ready_notify,
             coalesce: Mutex::new(Queue::default()),
@@ -493,6 +497,19 @@ impl Endpoint {
         if let Ok(mut s) = self.snapshot.lock() {
             *s = Some(snap);
         }
+        if let (Some(m), Ok(mut held)) = (&stats.model, self.model.lock())
+            && held.as_deref() != Some(m.name.as_str())
+        {
+            *held = Some(Arc::from(m.name.as_str()));
+        }
+    }
+
+    /// Whether the worker serves the model `name` (and `version`, if any) by its last stats:
+    /// what its Open Inference Protocol routes would accept (`oip::check_model`).
+    pub(crate) fn serves(&self, name: &str, version: Option<&str>) -> bool {
+        self.model
+            .lock()
+            .is_ok_and(|m| m.as_deref().is_some_and(|served| oip::check_model(served, name, version).is_ok()))
     }
 
     pub(crate) fn snapshot(&self) -> Option<Snapshot> {

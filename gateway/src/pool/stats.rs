@@ -25,6 +25,14 @@ pub(crate) struct StatsView {
     /// The worker's capacity, where it reports one (an additive field of schema version 1).
     #[serde(default)]
     pub(crate) capacity: Option<CapacityView>,
+    /// The served model, for the name the Open Inference Protocol's routes answer to.
+    #[serde(default)]
+    pub(crate) model: Option<ModelView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub(crate) struct ModelView {
+    pub(crate) name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

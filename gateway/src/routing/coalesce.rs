@@ -9,7 +9,10 @@
 //! there is no timer, and a request alone goes at once. *What* may merge is decided at the
 //! predict entry ([`Single`]): a single-query `/predict` request, `GET ?query=...` alone or
 //! `POST {"query": "..."}`, light, without `all_scores` (the list form takes it for the whole
-//! list); never a `{"queries": [...]}` request or the Open Inference Protocol's.
+//! list), or an Open Inference Protocol inference of one text without `logits` (REST, or gRPC,
+//! which comes as REST), merged only to a worker whose stats name its model; never a
+//! `{"queries": [...]}` request. A protocol request's answer is made from its item as the worker
+//! makes it alone (`oip::answer::rest`).
 //!
 //! Here: one merge is sent ([`Exchange`]), its outcome classified once by the outcome policy and
 //! its health effect applied once to the worker (a failed merge is one failure towards
@@ -52,23 +55,66 @@ use crate::upstream::{Answer, Limit, Outgoing};
 const BODY_OVERHEAD: usize = 14;
 
 /// A request that may go in a merge: its one query, and its tokens at most.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Single {
     /// The query as a JSON string (quoted, escaped).
     json: String,
     tokens: u64,
+    /// Set for an Open Inference Protocol inference: its answer is made from the merge's item.
+    oip: Option<Arc<OipSingle>>,
+}
+
+/// An Open Inference Protocol inference of one text, as a merge's member: what its answer needs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct OipSingle {
+    /// The model (and version) it names: it goes in a merge only to a worker serving it.
+    pub(crate) model: String,
+    pub(crate) version: Option<String>,
+    /// The request, its text taken out: the answer's id, shape and outputs.
+    pub(crate) call: oip::InferCall,
 }
 
 impl Single {
     /// The query `query` (as the worker decodes it) of at most `tokens` tokens.
     pub(crate) fn new(query: &str, tokens: u64) -> Option<Self> {
-        serde_json::to_string(query).ok().map(|json| Self { json, tokens })
+        serde_json::to_string(query).ok().map(|json| Self { json, tokens, oip: None })
+    }
+
+    /// An Open Inference Protocol inference of the one text `query`, of at most `tokens` tokens.
+    pub(crate) fn oip(query: &str, tokens: u64, form: OipSingle) -> Option<Self> {
+        Self::new(query, tokens).map(|s| Self { oip: Some(Arc::new(form)), ..s })
+    }
+
+    /// Whether it may go in a merge to `ep`: a `/predict` request always, an Open Inference
+    /// Protocol one when the worker serves the model it names (else it goes alone, and the
+    /// worker answers it as it would).
+    pub(crate) fn may_merge_on(&self, ep: &Endpoint) -> bool {
+        self.oip.as_ref().is_none_or(|o| ep.serves(&o.model, o.version.as_deref()))
+    }
+
+    /// The answer to the request from its item of a merge's 2xx answer `a`: the item itself
+    /// for `/predict` (what the worker answers the query alone), the protocol's answer made
+    /// from it (as the worker makes it: `oip::answer::rest`) for an Open Inference Protocol
+    /// request.
+    fn answer(&self, mut a: Answer) -> Result<Answer, String> {
+        let Some(o) = &self.oip else { return Ok(a) };
+        let prediction: wire::Prediction =
+            serde_json::from_slice(&a.body).map_err(|e| format!("an item that is not a prediction: {e}"))?;
+        let resp = oip::answer::rest(&o.model, &o.call, std::slice::from_ref(&prediction)).map_err(|e| e.message)?;
+        a.body = serde_json::to_vec(&resp).map_err(|e| e.to_string())?.into();
+        Ok(a)
     }
 
     /// Its estimated tokens at most.
     #[cfg(test)]
     pub(crate) fn tokens(&self) -> u64 {
         self.tokens
+    }
+
+    /// Its Open Inference Protocol form, if it is one.
+    #[cfg(test)]
+    pub(crate) fn oip_form(&self) -> Option<&OipSingle> {
+        self.oip.as_deref()
     }
 }
 
@@ -112,9 +158,13 @@ pub(super) async fn attempt(
     let since = Instant::now();
     match tokio::time::timeout_at(deadline.0, rx).await {
         Ok(Ok(Delivery::Done { verdict, result })) => {
-            let sent = match result {
-                Ok((a, error_type)) => Sent::Answer(a, error_type),
-                Err(detail) => Sent::Failed(detail),
+            let (verdict, sent) = match result {
+                Ok((a, error_type)) if a.status.is_success() => match single.answer(a) {
+                    Ok(a) => (verdict, Sent::Answer(a, error_type)),
+                    Err(why) => (Verdict::Retry(RetryReason::Malformed), Sent::Failed(format!("{}: {why}", ep.url))),
+                },
+                Ok((a, error_type)) => (verdict, Sent::Answer(a, error_type)),
+                Err(detail) => (verdict, Sent::Failed(detail)),
             };
             proxy::conclude(ep, ctx, verdict, sent)
         }

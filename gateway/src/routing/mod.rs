@@ -9,5 +9,5 @@ mod coalesce;
 mod proxy;
 mod retry;
 
-pub(crate) use coalesce::{Single, policy as coalesce_policy};
+pub(crate) use coalesce::{OipSingle, Single, policy as coalesce_policy};
 pub(crate) use proxy::{Cost, Incoming, forward};

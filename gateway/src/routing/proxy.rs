@@ -153,7 +153,9 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
     let _in_flight = ep.start();
     ep.sent(req.cost.queries);
     match (&req.single, coalesce::policy(&pool.ctx().config)) {
-        (Some(single), Some(policy)) => coalesce::attempt(pool, ep, req, single, deadline, &policy).await,
+        (Some(single), Some(policy)) if single.may_merge_on(ep) => {
+            coalesce::attempt(pool, ep, req, single, deadline, &policy).await
+        }
         _ => alone(pool, ep, req, deadline).await,
     }
 }

@@ -72,6 +72,35 @@ fn each_part_of_a_split_is_what_the_worker_answers_that_query_alone() {
 }
 
 #[test]
+fn an_inference_of_the_protocol_is_answered_from_its_item_as_the_worker_answers_it_alone() {
+    for (body, score) in [
+        (r#"{"id":"a-1","inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["x"]}]}"#, 0.987_654_3),
+        (
+            r#"{"inputs":[{"name":"text","shape":[1,1],"datatype":"BYTES","data":[["x"]]}],"outputs":[{"name":"score"},{"name":"label"}]}"#,
+            1e-7,
+        ),
+    ] {
+        let call = oip::InferCall::from_json(body.as_bytes()).unwrap();
+        let p = prediction("PlayMusic", score, None);
+        // What the worker answers the request alone (`worker/src/http/oip.rs`).
+        let want = serde_json::to_vec(&oip::answer::rest("m", &call, std::slice::from_ref(&p)).unwrap()).unwrap();
+        let single = Single::oip("x", 3, OipSingle { model: "m".into(), version: None, call: call.clone() }).unwrap();
+        let list = serde_json::to_vec(&PredictBatchResponse { predictions: vec![p] }).unwrap();
+        let item = split(answer(200, "application/json", list), 1).unwrap().remove(0);
+        let got = single.answer(item).unwrap();
+        assert_eq!(String::from_utf8_lossy(&got.body), String::from_utf8_lossy(&want), "{body}");
+        assert_eq!(got.content_type.unwrap(), "application/json");
+    }
+    let plain = Single::new("x", 3).unwrap();
+    let item = r#"{"intent":"A","score":0.5}"#;
+    assert_eq!(
+        plain.answer(answer(200, "application/json", item)).unwrap().body,
+        item,
+        "a /predict request gets the item itself"
+    );
+}
+
+#[test]
 fn items_are_found_in_any_valid_spelling_of_the_list() {
     let body = br#" { "model" : {"a": [1, "]"]}, "n": -1.5e3 ,
         "predictions" : [ {"intent": "A", "score": 1} ,{"intent":"B\\\"","score":0.5}
