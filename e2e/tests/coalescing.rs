@@ -189,6 +189,77 @@ async fn concurrent_single_queries_reach_the_worker_merged_and_come_back_as_the_
     assert_eq!(metric_sum(&gateway, "gateway_retries_total", &[]), 0.0);
 }
 
+#[tokio::test]
+async fn concurrent_grpc_calls_of_one_text_are_merged_and_answered_as_the_worker_answers_each() {
+    use oip::pb::ModelInferRequest;
+    use oip::pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+    use oip::pb::model_infer_request::InferInputTensor;
+
+    let _serial = SERIAL.lock().await;
+    let worker = fake_worker().await;
+    let mut cmd = Command::new(testkit::bin("gateway"));
+    cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"]);
+    cmd.args(["--stats-interval", "100ms", "--coalesce-after-in-flight", "2", "--worker", &worker.url]);
+    cmd.env("RUST_LOG", "warn");
+    let gw = Server::start(cmd).await;
+    let grpc = gw.announced("grpc", Duration::from_secs(2)).await.expect("the gateway announces its gRPC port");
+    let admin = gw.announced("admin", Duration::from_secs(2)).await.expect("the admin port");
+    let c = &client();
+    testkit::wait_until(Duration::from_secs(10), "the worker's stats reached the gateway", || async {
+        let m = metrics(c, &admin).await;
+        m.lines()
+            .filter(|l| l.starts_with("gateway_worker_telemetry_age_seconds{"))
+            .any(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).is_some_and(f64::is_finite))
+    })
+    .await;
+
+    const CALLS: usize = 64;
+    let request = |i: usize| {
+        let text = format!("play some jazz number {i}");
+        ModelInferRequest {
+            model_name: "snips-minilm-l6".into(),
+            id: format!("g{i}"),
+            inputs: vec![InferInputTensor {
+                name: "text".into(),
+                datatype: "BYTES".into(),
+                shape: vec![1],
+                parameters: Default::default(),
+                contents: None,
+            }],
+            raw_input_contents: vec![oip::call::encode_raw_bytes([text.as_str()])],
+            ..Default::default()
+        }
+    };
+    // What the worker answers each call alone, asked directly over REST, as the gateway's gRPC
+    // service answers it (`oip::answer::pb_from_rest`).
+    let mut want = Vec::new();
+    for i in 0..CALLS {
+        let call = oip::InferCall::from_pb(request(i)).unwrap();
+        let r = c.post(format!("{}/v2/models/snips-minilm-l6/infer", worker.url)).json(&call.to_rest()).send().await;
+        let rest: oip::rest::InferResponse = r.unwrap().json().await.unwrap();
+        want.push(oip::answer::pb_from_rest(rest).unwrap());
+    }
+    let before = metrics(c, &worker.url).await;
+    let g = GrpcInferenceServiceClient::connect(grpc).await.unwrap();
+    let tasks: Vec<_> = (0..CALLS)
+        .map(|i| {
+            let mut g = g.clone();
+            let req = request(i);
+            tokio::spawn(async move { g.model_infer(req).await.map(tonic::Response::into_inner) })
+        })
+        .collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap().unwrap(), want[i], "call {i}");
+    }
+    let after = metrics(c, &worker.url).await;
+    let delta =
+        |name: &str| metric_sum(&after, name, &[("outcome", "ok")]) - metric_sum(&before, name, &[("outcome", "ok")]);
+    let (requests, queries) = (delta("worker_requests_total"), delta("worker_queries_total"));
+    eprintln!("{requests} worker requests carried {queries} queries of {CALLS} gRPC calls");
+    assert_eq!(queries, CALLS as f64, "every call reached the worker once");
+    assert!(requests < CALLS as f64 / 2.0, "{requests} worker requests for {CALLS} calls: not merged");
+}
+
 /// A worker that answers a request of one query (after `hold`, so that others queue behind it
 /// and merge) and drops every merged request once it has read it whole; counts both.
 struct Failing {

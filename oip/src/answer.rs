@@ -66,6 +66,42 @@ pub fn rest(model: &str, call: &InferCall, predictions: &[Prediction]) -> Result
     })
 }
 
+/// [`rest`]'s answer written as JSON: the same bytes as `serde_json::to_vec(&rest(...))`,
+/// written directly (no answer built first: the worker's and the gateway's hot path).
+pub fn rest_json(model: &str, call: &InferCall, predictions: &[Prediction]) -> Result<Vec<u8>, OipError> {
+    let mut out = Vec::with_capacity(96 + 48 * predictions.len());
+    let string = |out: &mut Vec<u8>, s: &str| serde_json::to_writer(out, s).map_err(|e| internal(&e.to_string()));
+    out.extend_from_slice(b"{\"model_name\":");
+    string(&mut out, model)?;
+    out.extend_from_slice(b",\"model_version\":");
+    string(&mut out, VERSION)?;
+    if let Some(id) = &call.id {
+        out.extend_from_slice(b",\"id\":");
+        string(&mut out, id)?;
+    }
+    out.extend_from_slice(b",\"outputs\":[");
+    for (i, (o, shape, values)) in tensors(call, predictions)?.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        string(&mut out, o.name())?;
+        out.extend_from_slice(b",\"shape\":");
+        serde_json::to_writer(&mut out, &shape).map_err(|e| internal(&e.to_string()))?;
+        out.extend_from_slice(b",\"datatype\":");
+        string(&mut out, o.datatype())?;
+        out.extend_from_slice(b",\"data\":");
+        match values {
+            Values::Bytes(v) => serde_json::to_writer(&mut out, &v),
+            Values::Fp32(v) => serde_json::to_writer(&mut out, &v),
+        }
+        .map_err(|e| internal(&e.to_string()))?;
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
 fn fp32_raw(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -175,6 +211,28 @@ mod tests {
         );
         let via_rest = pb_from_rest(rest("m", &c, &preds()).unwrap()).unwrap();
         assert_eq!(via_rest, direct);
+    }
+
+    #[test]
+    fn the_written_answer_is_the_serialized_one_byte_for_byte() {
+        let mut odd = preds();
+        odd[0].intent = "Play \"Music\"\n\u{1F600}".into();
+        odd[0].score = 1e-7;
+        odd[1].score = f32::NAN;
+        for p in [preds(), odd] {
+            for outputs in
+                [&Output::DEFAULT[..], &Output::ALL[..], &[Output::Score][..], &[Output::Logits, Output::Label][..]]
+            {
+                for (column, id) in [(false, Some("r")), (true, None), (false, Some("\"q\"\\"))] {
+                    let c = InferCall { id: id.map(str::to_owned), ..call(column, outputs) };
+                    let want = serde_json::to_vec(&rest("m\"x", &c, &p).unwrap()).unwrap();
+                    assert_eq!(
+                        String::from_utf8(rest_json("m\"x", &c, &p).unwrap()).unwrap(),
+                        String::from_utf8(want).unwrap()
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use wire::{ErrorBody, ErrorType};
 
-use crate::http::{AppState, Target, handle_to, oip_server_name, pool_ready};
+use crate::http::{AppState, Prepared, Target, handle_to, oip_call, oip_server_name, pool_ready};
 
 /// Characters escaped in a model name or version put into a path.
 const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'?').add(b'#').add(b'%').add(b'"').add(b'<').add(b'>');
@@ -40,11 +40,26 @@ impl Service {
 
     /// Sends `method path` (with `body`) through the predict entry, within the client's deadline.
     async fn call(&self, md: &MetadataMap, method: Method, path: String, body: Bytes) -> Result<HttpResponse, Status> {
+        self.call_with(md, method, path, body, None).await
+    }
+
+    /// [`Service::call`], with the request's one text already checked for a merge.
+    async fn call_with(
+        &self,
+        md: &MetadataMap,
+        method: Method,
+        path: String,
+        body: Bytes,
+        single: Option<Prepared>,
+    ) -> Result<HttpResponse, Status> {
         let mut req = http::Request::builder().method(method).uri(path.as_str());
         for name in ["x-request-id", "traceparent"] {
             if let Some(v) = md.get(name).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()) {
                 req = req.header(name, v);
             }
+        }
+        if let Some(single) = single {
+            req = req.extension(single);
         }
         let req = req
             .header(header::CONTENT_TYPE, "application/json")
@@ -187,9 +202,14 @@ impl GrpcInferenceService for Service {
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let (md, _, r) = req.into_parts();
         let path = model_path(&r.model_name, &r.model_version, "/infer");
+        let (r_model, r_version) = (r.model_name.clone(), r.model_version.clone());
         let call = InferCall::from_pb(r)?;
         let body = serde_json::to_vec(&call.to_rest()).map_err(|e| Status::internal(e.to_string()))?;
-        let answer = success(self.call(&md, Method::POST, path, body.into()).await?).await?;
+        // A call of one text may be merged (`routing::coalesce`): checked here, from the call
+        // read already, not again from the REST body.
+        let version = Some(r_version).filter(|v| !v.is_empty());
+        let single = oip_call(r_model, version, call, self.0.pools.ctx().config.max_query_tokens).map(Prepared);
+        let answer = success(self.call_with(&md, Method::POST, path, body.into(), single).await?).await?;
         Ok(answer.respond(oip::answer::pb_from_rest(json(&answer.body)?)?))
     }
 }

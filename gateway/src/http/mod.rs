@@ -37,6 +37,7 @@ pub(crate) use admin::serve as serve_admin;
 pub(crate) use client::serve as serve_client;
 pub(crate) use oip::pool_ready;
 pub(crate) use predict::{Target, handle_to};
+pub(crate) use single::{Prepared, oip_call};
 
 /// What the Open Inference Protocol's server metadata calls the gateway.
 pub(crate) fn oip_server_name() -> &'static str {

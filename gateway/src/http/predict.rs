@@ -149,7 +149,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
 {
     let max_body = state.pools.ctx().config.max_body_bytes;
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     // `/predict?...` is forwarded as it came (a cheap clone of the parsed URI's bytes); other
     // routes (`/pools/{pool}/predict`) become `/predict` with the same query.
     let path_and_query = match (target, parts.uri.path_and_query()) {
@@ -180,7 +180,9 @@ where
         Target::Oip(_) => super::cost::estimate_oip(cfg, &body),
     };
     // A light request of one query may go to the worker merged with others (`routing::coalesce`).
+    let prepared = parts.extensions.remove::<super::single::Prepared>().map(|p| p.0);
     let single = match target {
+        Target::Oip(_) if prepared.is_some() => prepared.filter(|_| !cost.heavy && state.coalesce),
         Target::Predict if !cost.heavy && state.coalesce => {
             super::single::single(&parts.method, parts.uri.query(), &body, cfg.max_query_tokens)
         }

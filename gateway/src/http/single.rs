@@ -51,7 +51,18 @@ pub(super) fn oip(path: &str, headers: &http::HeaderMap, body: &[u8], max_query_
     if headers.contains_key("inference-header-content-length") {
         return None;
     }
-    let mut call = oip::InferCall::from_json(body).ok()?;
+    oip_call(model, version, oip::InferCall::from_json(body).ok()?, max_query_tokens)
+}
+
+/// A checked inference `call` of model `model` (and `version`) if it may be merged: one text,
+/// not blank, without `logits`. The gRPC service checks its calls here too, and hands the result
+/// to the predict entry beside the request ([`Prepared`]) rather than have it read again.
+pub(crate) fn oip_call(
+    model: String,
+    version: Option<String>,
+    mut call: oip::InferCall,
+    max_query_tokens: u64,
+) -> Option<Single> {
     if call.texts.len() != 1 || call.wants(oip::Output::Logits) {
         return None;
     }
@@ -62,6 +73,12 @@ pub(super) fn oip(path: &str, headers: &http::HeaderMap, body: &[u8], max_query_
     let tokens = query_tokens(&text, max_query_tokens);
     Single::oip(&text, tokens, OipSingle { model, version, call })
 }
+
+/// A request extension: the request's [`Single`], made by whoever built the request (the gRPC
+/// service), so the predict entry need not read its body for it. Used as [`oip`]'s result is:
+/// only for a light request while coalescing is on.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared(pub(crate) Single);
 
 /// The model and version of an inference route, `/v2/models/{model}[/versions/{version}]/infer`,
 /// percent-decoded as the worker's router decodes path parameters.

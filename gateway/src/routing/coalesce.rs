@@ -12,7 +12,7 @@
 //! list), or an Open Inference Protocol inference of one text without `logits` (REST, or gRPC,
 //! which comes as REST), merged only to a worker whose stats name its model; never a
 //! `{"queries": [...]}` request. A protocol request's answer is made from its item as the worker
-//! makes it alone (`oip::answer::rest`).
+//! makes it alone (`oip::answer::rest_json`).
 //!
 //! Here: one merge is sent ([`Exchange`]), its outcome classified once by the outcome policy and
 //! its health effect applied once to the worker (a failed merge is one failure towards
@@ -94,14 +94,14 @@ impl Single {
 
     /// The answer to the request from its item of a merge's 2xx answer `a`: the item itself
     /// for `/predict` (what the worker answers the query alone), the protocol's answer made
-    /// from it (as the worker makes it: `oip::answer::rest`) for an Open Inference Protocol
-    /// request.
+    /// from it (by the worker's own function, `oip::answer::rest_json`) for an Open Inference
+    /// Protocol request.
     fn answer(&self, mut a: Answer) -> Result<Answer, String> {
         let Some(o) = &self.oip else { return Ok(a) };
         let prediction: wire::Prediction =
             serde_json::from_slice(&a.body).map_err(|e| format!("an item that is not a prediction: {e}"))?;
-        let resp = oip::answer::rest(&o.model, &o.call, std::slice::from_ref(&prediction)).map_err(|e| e.message)?;
-        a.body = serde_json::to_vec(&resp).map_err(|e| e.to_string())?.into();
+        a.body =
+            oip::answer::rest_json(&o.model, &o.call, std::slice::from_ref(&prediction)).map_err(|e| e.message)?.into();
         Ok(a)
     }
 

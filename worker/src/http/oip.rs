@@ -139,7 +139,7 @@ async fn respond(state: &AppState, name: &str, version: Option<&str>, req: Reque
     let outcome = result.as_ref().map_or_else(|e| e.error_type().as_str(), |_| "ok");
     state.metrics.observe_request(outcome, n, started.elapsed().as_secs_f64());
     match result {
-        Ok(answer) => Json(answer).into_response(),
+        Ok(answer) => ([(axum::http::header::CONTENT_TYPE, "application/json")], answer).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -159,10 +159,11 @@ async fn parse(
     Ok(InferCall::from_json(&body)?)
 }
 
-/// Runs a checked call through the core, answered as REST.
-async fn run(state: &AppState, call: &mut InferCall) -> Result<oip::rest::InferResponse, RunError> {
+/// Runs a checked call through the core, answered as REST (JSON; the gateway makes the same
+/// bytes with the same function for a request it merged).
+async fn run(state: &AppState, call: &mut InferCall) -> Result<Vec<u8>, RunError> {
     let predictions = predict(state, call).await?;
-    Ok(oip::answer::rest(&state.model.name, call, &predictions)?)
+    Ok(oip::answer::rest_json(&state.model.name, call, &predictions)?)
 }
 
 /// The predictions for a checked call, one per text (shared with the gRPC service); the texts
