@@ -1,27 +1,9 @@
 #!/usr/bin/env bash
 # Makes (or reuses) the conversion scripts' virtual environment, .cache/models-venv, with the
 # packages pinned in models/requirements-convert.txt (PyPI; no PyTorch, ~250 MB), and prints the
-# path of its python. Reinstalls when the requirements file changed. Where `python3 -m venv`
-# is missing (Debian without python3-venv) it installs python3-venv with apt-get, as root.
+# path of its python (scripts/lib/venv.sh: reinstalled when the requirements file changed;
+# python3-venv installed with apt-get where it is missing).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv="$root/.cache/models-venv"
-req="$root/models/requirements-convert.txt"
-if ! cmp -s "$req" "$venv/.requirements.txt" 2>/dev/null; then
-  echo "models/venv.sh: installing $req into $venv" >&2
-  rm -rf "$venv"
-  mkdir -p "$root/.cache"
-  if ! python3 -m venv "$venv" >&2 2>/dev/null; then
-    rm -rf "$venv"
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2
-      python3 -m venv "$venv" >&2
-    else
-      echo "models/venv.sh: python3 -m venv failed; install python3-venv" >&2
-      exit 1
-    fi
-  fi
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
-  cp "$req" "$venv/.requirements.txt"
-fi
-echo "$venv/bin/python"
+. "$root/scripts/lib/venv.sh"
+make_venv models/venv.sh "$root/.cache/models-venv" "$root/models/requirements-convert.txt"
