@@ -33,6 +33,8 @@ pub(crate) use endpoint::{Change, Endpoint, parse_base_url};
 pub(crate) use ewma::secs;
 pub use registry::Pools;
 pub(crate) use registry::Targets;
+#[cfg(test)]
+pub(crate) use stats::StatsView;
 
 use crate::ctx::Ctx;
 use crate::task::AbortOnDrop;

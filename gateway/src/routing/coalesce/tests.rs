@@ -341,3 +341,33 @@ async fn a_merge_past_its_deadline_tells_each_member_and_the_next_waiting_merge_
     tokio::time::timeout(Duration::from_secs(5), idle).await.expect("every exchange ended");
     assert_eq!(ep.health(), Health::Ready, "slow is not failed");
 }
+
+#[test]
+fn an_inference_merges_only_to_a_worker_whose_stats_name_its_model() {
+    let (_ctx, ep) = endpoint("http://127.0.0.1:9", 5);
+    let call =
+        oip::InferCall::from_json(br#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["x"]}]}"#)
+            .unwrap();
+    let asking = |model: &str, version: Option<&str>| {
+        let form = OipSingle { model: model.into(), version: version.map(str::to_owned), call: call.clone() };
+        Single::oip("x", 3, form).unwrap()
+    };
+    let predict = Single::new("x", 3).unwrap();
+    assert!(predict.may_merge_on(&ep), "a /predict request needs no stats");
+    assert!(!asking("m", None).may_merge_on(&ep), "no stats yet: the model is not known");
+    let stats = |model: &str| {
+        let doc = serde_json::json!({
+            "schema_version": 1, "ready": true, "draining": false,
+            "queue": {"queued": 0, "in_flight": 0}, "gpu": {"status": "unavailable", "reason": "none"},
+            "model": {"name": model, "device": "cpu", "labels": ["a"]},
+        });
+        crate::pool::StatsView::parse(doc.to_string().as_bytes()).unwrap()
+    };
+    ep.store_snapshot(&stats("m"));
+    assert!(asking("m", None).may_merge_on(&ep));
+    assert!(asking("m", Some("1")).may_merge_on(&ep));
+    assert!(!asking("m", Some("2")).may_merge_on(&ep), "a version the worker does not serve goes alone");
+    assert!(!asking("other", None).may_merge_on(&ep), "another model goes alone: the worker answers 404");
+    ep.store_snapshot(&stats("other"));
+    assert!(asking("other", None).may_merge_on(&ep) && !asking("m", None).may_merge_on(&ep), "a new model is seen");
+}
