@@ -98,7 +98,7 @@ step "promtool check rules on every dashboard expression ($(grep -c 'record:' "$
 
 echo "== images"
 step "hadolint deploy/docker/Dockerfile.*" "$tools/hadolint" deploy/docker/Dockerfile.gateway deploy/docker/Dockerfile.worker deploy/docker/Dockerfile.worker-cpu
-step "shellcheck (entrypoint, test scripts, fetch-k8s-tools.sh)" "$tools/shellcheck" deploy/docker/worker-entrypoint.sh deploy/test/entrypoint_test.sh deploy/test.sh scripts/fetch-k8s-tools.sh
+step "shellcheck (entrypoint, test scripts, fetch-k8s-tools.sh, the venv scripts)" "$tools/shellcheck" -x deploy/docker/worker-entrypoint.sh deploy/test/entrypoint_test.sh deploy/test.sh scripts/fetch-k8s-tools.sh scripts/lib/venv.sh models/venv.sh e2e/python/venv.sh
 step "worker entrypoint and image layout" deploy/test/entrypoint_test.sh "$target/debug/worker" "$ort"
 
 echo "== live: promtool check metrics on both binaries, a real Prometheus scraping a gateway and two workers"

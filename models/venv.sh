@@ -5,5 +5,6 @@
 # python3-venv installed with apt-get where it is missing).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib/venv.sh
 . "$root/scripts/lib/venv.sh"
 make_venv models/venv.sh "$root/.cache/models-venv" "$root/models/requirements-convert.txt"

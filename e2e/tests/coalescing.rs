@@ -52,6 +52,19 @@ async fn metrics(c: &reqwest::Client, url: &str) -> String {
     c.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap()
 }
 
+/// Waits until the gateway (admin URL `admin`) holds a worker's stats: its telemetry's age is
+/// +Inf until the first snapshot.
+async fn stats_arrived(c: &reqwest::Client, admin: &str) {
+    testkit::wait_until(Duration::from_secs(10), "the worker's stats reached the gateway", || async {
+        metrics(c, admin)
+            .await
+            .lines()
+            .filter(|l| l.starts_with("gateway_worker_telemetry_age_seconds{"))
+            .any(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).is_some_and(f64::is_finite))
+    })
+    .await;
+}
+
 /// What a client got: status, `Content-Type`, `x-request-id`, body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Got {
@@ -118,14 +131,7 @@ async fn concurrent_single_queries_reach_the_worker_merged_and_come_back_as_the_
 
     // The gateway merges an Open Inference Protocol request only to a worker whose stats named
     // the model: wait for them.
-    testkit::wait_until(Duration::from_secs(10), "the worker's stats reached the gateway", || async {
-        let m = metrics(c, admin).await;
-        // +Inf until the first snapshot.
-        m.lines()
-            .filter(|l| l.starts_with("gateway_worker_telemetry_age_seconds{"))
-            .any(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).is_some_and(f64::is_finite))
-    })
-    .await;
+    stats_arrived(c, admin).await;
 
     // What the worker answers each query alone, asked directly, in each form.
     const QUERIES: usize = 64;
@@ -205,13 +211,7 @@ async fn concurrent_grpc_calls_of_one_text_are_merged_and_answered_as_the_worker
     let grpc = gw.announced("grpc", Duration::from_secs(2)).await.expect("the gateway announces its gRPC port");
     let admin = gw.announced("admin", Duration::from_secs(2)).await.expect("the admin port");
     let c = &client();
-    testkit::wait_until(Duration::from_secs(10), "the worker's stats reached the gateway", || async {
-        let m = metrics(c, &admin).await;
-        m.lines()
-            .filter(|l| l.starts_with("gateway_worker_telemetry_age_seconds{"))
-            .any(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).is_some_and(f64::is_finite))
-    })
-    .await;
+    stats_arrived(c, &admin).await;
 
     const CALLS: usize = 64;
     let request = |i: usize| {
