@@ -99,6 +99,39 @@ impl InferCall {
         Ok(Self { id: Some(req.id).filter(|id| !id.is_empty()), texts, column, outputs })
     }
 
+    /// [`InferCall::to_rest`] written as JSON: the same bytes as `serde_json::to_vec(&to_rest())`,
+    /// written directly (the gateway's gRPC path).
+    pub fn rest_json(&self) -> Vec<u8> {
+        let text_bytes: usize = self.texts.iter().map(|t| t.len() + 3).sum();
+        let mut out = Vec::with_capacity(128 + text_bytes);
+        let string = |out: &mut Vec<u8>, s: &str| {
+            serde_json::to_writer(out, s).expect("a string is JSON");
+        };
+        out.push(b'{');
+        if let Some(id) = &self.id {
+            out.extend_from_slice(b"\"id\":");
+            string(&mut out, id);
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"inputs\":[{\"name\":");
+        string(&mut out, INPUT);
+        out.extend_from_slice(b",\"shape\":");
+        serde_json::to_writer(&mut out, &self.shape()).expect("numbers are JSON");
+        out.extend_from_slice(b",\"datatype\":\"BYTES\",\"data\":");
+        serde_json::to_writer(&mut out, &self.texts).expect("strings are JSON");
+        out.extend_from_slice(b"}],\"outputs\":[");
+        for (i, o) in self.outputs.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"name\":");
+            string(&mut out, o.name());
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"]}");
+        out
+    }
+
     /// The same request as a REST body (the gateway forwards gRPC inferences to a worker's REST
     /// route): every output named, so the worker answers exactly those.
     pub fn to_rest(&self) -> InferRequest {
@@ -255,6 +288,25 @@ mod tests {
         let mut body = input("text", [1].into(), "BYTES", serde_json::json!(["a"]));
         body["outputs"] = serde_json::json!([{"name": "probabilities"}]);
         assert!(rest(body).unwrap_err().message.contains("unknown output"));
+    }
+
+    #[test]
+    fn the_written_rest_body_is_the_serialized_one_byte_for_byte() {
+        for (id, column, outputs, texts) in [
+            (Some("r"), false, &Output::DEFAULT[..], vec!["play jazz"]),
+            (None, true, &Output::ALL[..], vec!["a \"b\"\n", "\u{1F600}", "c\\"]),
+            (Some("\"x\""), false, &[Output::Logits][..], vec![""]),
+        ] {
+            let c = InferCall {
+                id: id.map(str::to_owned),
+                texts: texts.into_iter().map(str::to_owned).collect(),
+                column,
+                outputs: outputs.to_vec(),
+            };
+            let want = serde_json::to_vec(&c.to_rest()).unwrap();
+            assert_eq!(String::from_utf8(c.rest_json()).unwrap(), String::from_utf8(want).unwrap());
+            assert_eq!(InferCall::from_json(&c.rest_json()), Ok(c.clone()), "read back: the same call");
+        }
     }
 
     #[test]

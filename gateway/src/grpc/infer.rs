@@ -6,6 +6,7 @@
 //! (`grpc-timeout`) bounds the call: past it, DEADLINE_EXCEEDED and the request is dropped
 //! (its admission freed, its attempt on the worker cancelled).
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::response::Response as HttpResponse;
@@ -204,12 +205,20 @@ impl GrpcInferenceService for Service {
         let path = model_path(&r.model_name, &r.model_version, "/infer");
         let (r_model, r_version) = (r.model_name.clone(), r.model_version.clone());
         let call = InferCall::from_pb(r)?;
-        let body = serde_json::to_vec(&call.to_rest()).map_err(|e| Status::internal(e.to_string()))?;
+        let body = call.rest_json();
         // A call of one text may be merged (`routing::coalesce`): checked here, from the call
-        // read already, not again from the REST body.
+        // read already, not again from the REST body. Merged, its prediction comes back beside
+        // the answer and is answered in protobuf directly.
         let version = Some(r_version).filter(|v| !v.is_empty());
-        let single = oip_call(r_model, version, call, self.0.pools.ctx().config.max_query_tokens).map(Prepared);
+        let meta =
+            InferCall { id: call.id.clone(), texts: Vec::new(), column: call.column, outputs: call.outputs.clone() };
+        let reply = Arc::new(OnceLock::new());
+        let max_tokens = self.0.pools.ctx().config.max_query_tokens;
+        let single = oip_call(r_model.clone(), version, call, max_tokens, Some(Arc::clone(&reply))).map(Prepared);
         let answer = success(self.call_with(&md, Method::POST, path, body.into(), single).await?).await?;
+        if let Some(p) = reply.get() {
+            return Ok(answer.respond(oip::answer::pb(&r_model, &meta, std::slice::from_ref(p))?));
+        }
         Ok(answer.respond(oip::answer::pb_from_rest(json(&answer.body)?)?))
     }
 }

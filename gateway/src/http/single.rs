@@ -51,7 +51,7 @@ pub(super) fn oip(path: &str, headers: &http::HeaderMap, body: &[u8], max_query_
     if headers.contains_key("inference-header-content-length") {
         return None;
     }
-    oip_call(model, version, oip::InferCall::from_json(body).ok()?, max_query_tokens)
+    oip_call(model, version, oip::InferCall::from_json(body).ok()?, max_query_tokens, None)
 }
 
 /// A checked inference `call` of model `model` (and `version`) if it may be merged: one text,
@@ -62,6 +62,7 @@ pub(crate) fn oip_call(
     version: Option<String>,
     mut call: oip::InferCall,
     max_query_tokens: u64,
+    reply: Option<std::sync::Arc<std::sync::OnceLock<wire::Prediction>>>,
 ) -> Option<Single> {
     if call.texts.len() != 1 || call.wants(oip::Output::Logits) {
         return None;
@@ -71,7 +72,7 @@ pub(crate) fn oip_call(
         return None;
     }
     let tokens = query_tokens(&text, max_query_tokens);
-    Single::oip(&text, tokens, OipSingle { model, version, call })
+    Single::oip(&text, tokens, OipSingle { model, version, call, reply })
 }
 
 /// A request extension: the request's [`Single`], made by whoever built the request (the gRPC

@@ -37,7 +37,7 @@
 //! whose client went away before its merge left is skipped, never sent.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use http::{HeaderValue, Method};
 use tokio::sync::oneshot;
@@ -72,6 +72,9 @@ pub(crate) struct OipSingle {
     pub(crate) version: Option<String>,
     /// The request, its text taken out: the answer's id, shape and outputs.
     pub(crate) call: oip::InferCall,
+    /// Where a gRPC call takes its prediction from a merge's answer, to answer in protobuf
+    /// without the REST JSON in between (the answer's body is then empty); `None` for REST.
+    pub(crate) reply: Option<Arc<OnceLock<wire::Prediction>>>,
 }
 
 impl Single {
@@ -100,6 +103,11 @@ impl Single {
         let Some(o) = &self.oip else { return Ok(a) };
         let prediction: wire::Prediction =
             serde_json::from_slice(&a.body).map_err(|e| format!("an item that is not a prediction: {e}"))?;
+        if let Some(reply) = &o.reply {
+            let _ = reply.set(prediction);
+            a.body = bytes::Bytes::new();
+            return Ok(a);
+        }
         a.body =
             oip::answer::rest_json(&o.model, &o.call, std::slice::from_ref(&prediction)).map_err(|e| e.message)?.into();
         Ok(a)
@@ -159,7 +167,7 @@ pub(super) async fn attempt(
     match tokio::time::timeout_at(deadline.0, rx).await {
         Ok(Ok(Delivery::Done { verdict, result })) => {
             let (verdict, sent) = match result {
-                Ok((a, error_type)) if a.status.is_success() => match single.answer(a) {
+                Ok((a, error_type)) if a.status.is_success() && verdict == Verdict::Answer => match single.answer(a) {
                     Ok(a) => (verdict, Sent::Answer(a, error_type)),
                     Err(why) => (Verdict::Retry(RetryReason::Malformed), Sent::Failed(format!("{}: {why}", ep.url))),
                 },

@@ -84,13 +84,25 @@ fn an_inference_of_the_protocol_is_answered_from_its_item_as_the_worker_answers_
         let p = prediction("PlayMusic", score, None);
         // What the worker answers the request alone (`worker/src/http/oip.rs`).
         let want = serde_json::to_vec(&oip::answer::rest("m", &call, std::slice::from_ref(&p)).unwrap()).unwrap();
-        let single = Single::oip("x", 3, OipSingle { model: "m".into(), version: None, call: call.clone() }).unwrap();
+        let single =
+            Single::oip("x", 3, OipSingle { model: "m".into(), version: None, call: call.clone(), reply: None })
+                .unwrap();
         let list = serde_json::to_vec(&PredictBatchResponse { predictions: vec![p] }).unwrap();
         let item = split(answer(200, "application/json", list), 1).unwrap().remove(0);
         let got = single.answer(item).unwrap();
         assert_eq!(String::from_utf8_lossy(&got.body), String::from_utf8_lossy(&want), "{body}");
         assert_eq!(got.content_type.unwrap(), "application/json");
     }
+    // A gRPC call takes the prediction itself (answered in protobuf), the body left empty.
+    let call =
+        oip::InferCall::from_json(br#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["x"]}]}"#)
+            .unwrap();
+    let reply = Arc::new(OnceLock::new());
+    let form = OipSingle { model: "m".into(), version: None, call, reply: Some(Arc::clone(&reply)) };
+    let grpc = Single::oip("x", 3, form).unwrap();
+    let got = grpc.answer(answer(200, "application/json", r#"{"intent":"A","score":0.5}"#)).unwrap();
+    assert!(got.body.is_empty());
+    assert_eq!(reply.get(), Some(&prediction("A", 0.5, None)));
     let plain = Single::new("x", 3).unwrap();
     let item = r#"{"intent":"A","score":0.5}"#;
     assert_eq!(
@@ -349,7 +361,8 @@ fn an_inference_merges_only_to_a_worker_whose_stats_name_its_model() {
         oip::InferCall::from_json(br#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["x"]}]}"#)
             .unwrap();
     let asking = |model: &str, version: Option<&str>| {
-        let form = OipSingle { model: model.into(), version: version.map(str::to_owned), call: call.clone() };
+        let form =
+            OipSingle { model: model.into(), version: version.map(str::to_owned), call: call.clone(), reply: None };
         Single::oip("x", 3, form).unwrap()
     };
     let predict = Single::new("x", 3).unwrap();
