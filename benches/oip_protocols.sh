@@ -12,7 +12,9 @@
 # inference), so the figures are the gateway's and the protocols' own cost, not the model's.
 # Pinning (a 2-core machine): the gateway alone on PROXY_CORE (default 1); the fake worker and
 # the load generator (one thread) share LOAD_CORE (default 0). Each round runs the three
-# protocols back to back (interleaved: a neighbour's disturbance hits all three alike).
+# protocols back to back (interleaved: a neighbour's disturbance hits all three alike). The CPU
+# each process spent per request is printed beside it (the gateway's core and the shared core
+# are each near saturation or not: that says which side bounds a protocol's throughput).
 # Goals: OIP REST within 10 % of /predict's throughput, gRPC at least /predict's.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,17 +55,27 @@ run() {  # PROTOCOL ROUND
   esac
   local g0 w0 g1 w1
   g0=$(ticks "$gateway_pid"); w0=$(ticks "$worker_pid")
+  # The load generator's CPU: the shell's reaped children's times before and after it (`times`
+  # run in this shell, not a subshell, whose children would be its own).
+  times >"$out/times0"
   # No warm-up phase: the CPU counters then cover exactly the measured requests.
   taskset -c "$LOAD_CORE" "$bin/loadtest" --url "$url" "${args[@]}" -c "$CONC" -d "$DURATION" --warmup 0s \
     --threads 1 --progress never --summary "$out/$proto-$2.json" >/dev/null
+  times >"$out/times1"
   g1=$(ticks "$gateway_pid"); w1=$(ticks "$worker_pid")
-  python3 - "$out/$proto-$2.json" "$proto" "$2" "$((g1 - g0))" "$((w1 - w0))" "$(getconf CLK_TCK)" <<'PY'
-import json, sys
+  python3 - "$out/$proto-$2.json" "$proto" "$2" "$((g1 - g0))" "$((w1 - w0))" "$(getconf CLK_TCK)" "$out" <<'PY'
+import json, re, sys
 s = json.load(open(sys.argv[1]))["total"]
 n, hz = max(s["requests"], 1), int(sys.argv[6])
 gw, wk = (int(t) / hz / n * 1e6 for t in sys.argv[4:6])
+
+def children(path):  # the second line of `times`: children's user and system time
+    line = open(path).read().splitlines()[1]
+    return sum(int(m) * 60 + float(sec) for m, sec in re.findall(r"(\d+)m([\d.]+)s", line))
+
+lt = (children(f"{sys.argv[7]}/times1") - children(f"{sys.argv[7]}/times0")) / n * 1e6
 bad = s["requests"] - s["ok"]
-print(f"| {sys.argv[3]} | {sys.argv[2]} | {s['throughput_per_s']:.0f} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} |")
+print(f"| {sys.argv[3]} | {sys.argv[2]} | {s['throughput_per_s']:.0f} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} | {lt:.0f} |")
 PY
 }
 
@@ -71,8 +83,8 @@ echo "gateway on core $PROXY_CORE; fake worker and loadtest on core $LOAD_CORE; 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 # One unmeasured run of each first: connections, pools and caches warm.
 for proto in predict oip grpc; do DURATION=2s run "$proto" 0 >/dev/null; done
-echo "| round | protocol | req/s | p50 ms | p99 ms | failed | gateway CPU us/req | worker CPU us/req |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| round | protocol | req/s | p50 ms | p99 ms | failed | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for round in $(seq 1 "$REPEAT"); do
   for proto in predict oip grpc; do
     run "$proto" "$round"
