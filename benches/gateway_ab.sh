@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Two gateway builds side by side (a before/after of a change) under one protocol: both in front
+# of the same fake worker, each pinned to PROXY_CORE in turn, the bundled load generator and the
+# fake worker on LOAD_CORE, alternating A and B for ROUNDS rounds. Prints each run's req/s, p99
+# and the gateway's CPU per request (from /proc/PID/stat): on a 2-core machine the throughput
+# may be bound by the shared core, the gateway's CPU per request is its own.
+#
+#   benches/gateway_ab.sh A_BIN B_BIN                 # PROTOCOL=predict|oip|grpc [grpc]
+#   e.g. git stash; cargo build --release -p gateway; cp target/release/gateway /tmp/gateway-a; ...
+#
+# Settings: PROTOCOL [grpc], ROUNDS [4], DURATION [8s] a run (after 2 s unmeasured), CONC [32]
+# clients, GRPC_CONNS [1] HTTP/2 connections, PROXY_CORE [1], LOAD_CORE [0].
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+usage="usage: gateway_ab.sh A_BIN B_BIN"
+a_bin=$(realpath "${1:?$usage}"); b_bin=$(realpath "${2:?$usage}")
+PROTOCOL=${PROTOCOL:-grpc}
+ROUNDS=${ROUNDS:-4}
+DURATION=${DURATION:-8s}
+CONC=${CONC:-32}
+GRPC_CONNS=${GRPC_CONNS:-1}
+PROXY_CORE=${PROXY_CORE:-1}
+LOAD_CORE=${LOAD_CORE:-0}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+cargo build -q --release -p loadtest -p worker --bin loadtest --example fake_worker
+bin=$CARGO_TARGET_DIR/release
+out=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
+
+. scripts/lib/start.sh
+start_listening "$out/worker" taskset -c "$LOAD_CORE" "$bin/examples/fake_worker" --listen 127.0.0.1:0 \
+  --model models/snips-minilm-l6 --runtime-threads 1
+worker=$started_url
+declare -A url pid
+for v in a b; do
+  gw_bin=$a_bin; [ "$v" = b ] && gw_bin=$b_bin
+  GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway-$v" taskset -c "$PROXY_CORE" "$gw_bin" \
+    --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --worker "$worker" --log warn
+  pid[$v]=$started_pid
+  url[$v]=$started_url
+  [ "$PROTOCOL" = grpc ] && url[$v]=$(sed -n 's/^grpc listening on //p' "$out/gateway-$v.stdout" | head -n 1)
+done
+case $PROTOCOL in
+  predict) args=(--method post) ;;
+  oip) args=(--protocol oip) ;;
+  grpc) args=(--protocol grpc --h2-connections "$GRPC_CONNS") ;;
+  *) echo "PROTOCOL is predict, oip or grpc" >&2; exit 2 ;;
+esac
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+load() {  # VARIANT DURATION [SUMMARY]
+  local summary=(); [ -n "${3:-}" ] && summary=(--summary "$3")
+  taskset -c "$LOAD_CORE" "$bin/loadtest" --url "${url[$1]}" "${args[@]}" -c "$CONC" -d "$2" --warmup 0s \
+    --threads 1 --progress never "${summary[@]}" >/dev/null
+}
+for v in a b; do load "$v" 2s; done
+echo "$PROTOCOL, -c $CONC, $DURATION a run; A $a_bin, B $b_bin; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "| round | build | req/s | p99 ms | gateway CPU us/req |"
+echo "|---|---|---|---|---|"
+for r in $(seq 1 "$ROUNDS"); do
+  for v in a b; do
+    g0=$(ticks "${pid[$v]}")
+    load "$v" "$DURATION" "$out/summary.json"
+    g1=$(ticks "${pid[$v]}")
+    python3 - "$out/summary.json" "$r" "${v^^}" "$((g1 - g0))" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["total"]
+n = max(s["requests"], 1)
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {s['throughput_per_s']:.0f} | {s['p99_ms']:.2f} | {int(sys.argv[4]) / int(sys.argv[5]) / n * 1e6:.1f} |")
+PY
+  done
+done
