@@ -151,8 +151,13 @@ impl AsyncRead for Io {
                     this.conn.head_started();
                 }
             }
+            // Nothing to read now on a connection asked to close: no request has begun (idle,
+            // or a head with nothing read), or, evicted at the cap, a head that stopped
+            // mid-way (trickling; a client's head comes whole).
             Poll::Pending
-                if this.conn.draining() && (phase == Phase::Idle || (phase == Phase::Head && !this.seen_bytes)) =>
+                if this.conn.draining()
+                    && (phase == Phase::Idle
+                        || (phase == Phase::Head && (!this.seen_bytes || this.conn.evicted()))) =>
             {
                 if !this.bytes_waiting() {
                     // End of stream, as if the client had closed: hyper closes cleanly.

@@ -227,6 +227,11 @@ impl ConnState {
         self.signals() & (DRAIN | EVICT) != 0
     }
 
+    /// Closed to make room at the cap: a head trickling in is not waited for.
+    pub(crate) fn evicted(&self) -> bool {
+        self.signals() & EVICT != 0
+    }
+
     /// Sets `bits` and wakes the connection's task.
     pub(crate) fn signal(&self, bits: u8) {
         self.signals.fetch_or(bits, Ordering::AcqRel);

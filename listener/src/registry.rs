@@ -6,8 +6,9 @@
 //! Making room at the cap ([`Registry::make_room`]) for a newcomer closes connections that hold
 //! a place without a request in progress, those of the addresses holding the most connections
 //! first (a flood pays for itself, as nginx's and HAProxy's per-source tracking intend), and
-//! among one address's the longest waiting: idle keep-alive connections are asked to close
-//! (drain), connections still waiting for a request head are closed at once. Only connections of
+//! among one address's the longest waiting: each is asked to close (an idle keep-alive one, or
+//! one still waiting for a request head, closes at once unless a request's bytes are already
+//! there: that request is answered first, with `Connection: close`). Only connections of
 //! addresses holding at least twice the newcomer's are taken (idle ones: at least as many), so
 //! a flooding address cannot push out anyone smaller than itself nor churn with flooders of its
 //! size, and at the cap its new connections are refused while a client holding few gets in.
@@ -50,6 +51,22 @@ struct Inner {
 pub(crate) struct Registry {
     inner: Mutex<Inner>,
     draining: AtomicBool,
+}
+
+/// What [`Registry::make_room`] did for a newcomer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Room {
+    /// Connections it asked to close.
+    pub(crate) closed: usize,
+    /// Connections it could have taken that were closing already.
+    pub(crate) closing: usize,
+}
+
+impl Room {
+    /// Whether a place is coming for the newcomer.
+    pub(crate) fn coming(self) -> bool {
+        self.closed + self.closing > 0
+    }
 }
 
 /// A place of one address under the per-address cap, given back when dropped.
@@ -155,13 +172,15 @@ impl Registry {
     /// Closes up to `n` connections without a request in progress (idle, or waiting for a
     /// head) for a newcomer whose address holds `holds` (itself included; 0: any may go): those
     /// of the addresses holding twice as many (idle ones: at least as many), the biggest first,
-    /// then the longest waiting; returns how many.
-    pub(crate) fn make_room(&self, n: usize, holds: usize) -> usize {
+    /// then the longest waiting. Returns how many it closed, and how many such connections were
+    /// closing already (asked by an earlier newcomer, their places not yet free): room is coming
+    /// for the newcomer either way.
+    pub(crate) fn make_room(&self, n: usize, holds: usize) -> Room {
         let inner = self.lock();
+        let mut closing = 0;
         let mut victims: Vec<(usize, Instant, &Arc<ConnState>)> = inner
             .conns
             .iter()
-            .filter(|(_, (c, _))| c.signals() & (EVICT | ABORT) == 0)
             .filter_map(|(_, (c, addr))| {
                 let count = inner.per_address.get(addr).copied().unwrap_or(0);
                 let may = match c.phase() {
@@ -171,6 +190,10 @@ impl Registry {
                     Phase::Head => count >= holds.saturating_mul(2).max(holds + 1),
                     Phase::Busy | Phase::Flushing => false,
                 };
+                if may && c.signals() & (EVICT | ABORT) != 0 {
+                    closing += 1;
+                    return None;
+                }
                 may.then(|| (count, c.since(), c))
             })
             .collect();
@@ -182,11 +205,14 @@ impl Registry {
             victims.truncate(n);
         }
         for (_, _, c) in &victims {
-            // An idle connection closes cleanly (a request arriving meanwhile is answered); one
-            // waiting for its head, perhaps trickling it, is closed now.
-            c.signal(if c.phase() == Phase::Idle { EVICT } else { EVICT | ABORT });
+            // Each closes cleanly when its task next reads: at once if nothing has arrived (an
+            // idle connection, a bare one), else after answering the request whose bytes are
+            // there (a client that sent its request the moment it connected gets its answer,
+            // never the reset of a close with its request unread); a head trickling in is closed
+            // when the bytes that came are read (`io`).
+            c.signal(EVICT);
         }
-        victims.len()
+        Room { closed: victims.len(), closing }
     }
 
     /// Connections held by `ip`'s address now (tests).
@@ -242,13 +268,15 @@ mod tests {
         let flood_idle = open(flood);
         answered_at(&flood_idle, base + Duration::from_secs(5));
         open(flood).busy();
-        assert_eq!(r.make_room(4, 5), 1, "a newcomer of the flood takes only the flood's idle one");
+        assert_eq!(r.make_room(4, 5).closed, 1, "a newcomer of the flood takes only the flood's idle one");
         assert!(flood_idle.signals() & (EVICT | ABORT) == EVICT, "idle: drained");
-        assert_eq!(r.make_room(4, 3), 0, "a newcomer holding more than half the flood's takes none of it");
-        assert_eq!(r.make_room(3, 2), 3, "a newcomer of the user's: the flood's first");
-        assert!(flood_heads.iter().all(|c| c.signals() & ABORT != 0), "head-pending: closed now");
+        let room = r.make_room(4, 3);
+        assert_eq!(room.closed, 0, "a newcomer holding more than half the flood's takes none of it");
+        assert_eq!(room.closing, 1, "but the flood's idle one is closing: its place is coming");
+        assert_eq!(r.make_room(3, 2), Room { closed: 3, closing: 1 }, "a newcomer of the user's: the flood's first");
+        assert!(flood_heads.iter().all(|c| c.signals() & (EVICT | ABORT) == EVICT), "head-pending: asked to close");
         assert_eq!(user_idle.signals() | user_busy.signals(), 0, "the user loses nothing");
-        assert_eq!(r.make_room(4, 0), 1, "then the user's idle one, never a busy one");
+        assert_eq!(r.make_room(4, 0).closed, 1, "then the user's idle one, never a busy one");
         assert!(user_idle.draining());
         drop(keep);
         assert_eq!((r.len(), r.held_by(flood), r.held_by(user)), (0, 0, 0));

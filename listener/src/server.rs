@@ -8,15 +8,17 @@
 //! kernel's backlog (where clients hang until their connect timeout and a load balancer cannot
 //! tell why). First connections without a request in progress are closed, those of the
 //! addresses holding the most connections first and only of addresses holding more than the new
-//! connection's (idle keep-alive connections drain; those still waiting for a request head close
-//! at once: nginx too closes idle connections when it runs out), and the new one waits up to
+//! connection's (each closes at once unless a request's bytes are already there, which is then
+//! answered with `Connection: close`; a head trickling in is closed when what came is read:
+//! nginx too closes idle connections when it runs out), and the new one waits up to
 //! [`EVICT_WAIT`] for their place (the places it freed are kept from later newcomers until its
 //! wait is queued). If none could be closed, it is answered 503 `overloaded` with `Retry-After`
 //! and `Connection: close` (read or not, the request is not served), as every other overload in
 //! this project is. At most [`refusal_slots`] such answers are in progress at once; beyond that
-//! a connection is closed at once. A newcomer that closed connections but did not get a place in
-//! time is always answered 503, never just closed (a close with its request unread would be a
-//! reset).
+//! a connection is closed at once. A newcomer that closed connections (or found those it could
+//! take closing already, asked by an earlier newcomer) waits the same way, and if it gets no
+//! place in time is always answered 503, never just closed (a close with its request unread
+//! would be a reset).
 //!
 //! `accept` failures: out of file descriptors (`EMFILE`, `ENFILE`) or memory, the loop evicts
 //! idle connections and sleeps with a doubling backoff (10 ms to 1 s) instead of spinning;
@@ -187,7 +189,7 @@ impl Server {
                 }
                 Err(e) => {
                     admit.shared.metrics.accept_errors.inc();
-                    let evicted = admit.shared.registry.make_room(EVICT_BATCH, 0);
+                    let evicted = admit.shared.registry.make_room(EVICT_BATCH, 0).closed;
                     let wait = backoff.next();
                     if wait == Backoff::FIRST {
                         tracing::warn!(error = %e, evicted, "accept failed; backing off");
@@ -273,9 +275,9 @@ where
             tokio::spawn(conn::serve(stream, Arc::clone(&self.shared), self.service.clone(), permit, address));
             return;
         }
-        let evicted = self.shared.registry.make_room(EVICT_BATCH, address.held());
+        let room = self.shared.registry.make_room(EVICT_BATCH, address.held());
         let refusal = Arc::clone(&self.refusals).try_acquire_owned().ok();
-        if evicted == 0 && refusal.is_none() {
+        if !room.coming() && refusal.is_none() {
             self.shared.metrics.refused.inc();
             return;
         }
@@ -285,7 +287,7 @@ where
         // 503, with or without a refusal slot: each such wait closed a connection, so they are
         // bounded by the connections there are to close, and its request (perhaps sent already)
         // gets an answer rather than the reset of a close with unread bytes.
-        let waiter = (evicted > 0).then(|| RoomWaiter::new(&self.room_waiters));
+        let waiter = room.coming().then(|| RoomWaiter::new(&self.room_waiters));
         tokio::spawn(async move {
             if let Some(waiter) = waiter {
                 let acquire = permits.acquire_owned();

@@ -126,3 +126,33 @@ async fn one_address_at_its_cap_is_refused_while_another_is_served() {
     }
     assert_eq!(srv.metrics.connections_refused(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn room_made_at_the_cap_closes_bare_and_trickling_connections_and_answers_a_request_already_sent() {
+    let srv = start(capped()).await;
+    // One address holds the whole cap: bare connections, a head trickling in, and one that
+    // sends its request only now, as a newcomer from another address needs room.
+    let mut bare = Vec::new();
+    for _ in 0..CAP - 2 {
+        bare.push(connect_from([127, 0, 0, 2], srv.addr).await);
+    }
+    let mut trickling = connect_from([127, 0, 0, 2], srv.addr).await;
+    trickling.send(b"GET / HTTP/1.1\r\n").await;
+    let mut late = connect_from([127, 0, 0, 2], srv.addr).await;
+    until("the cap is full", Duration::from_secs(1), || srv.metrics.connections_open() == CAP as i64).await;
+    late.send(&get("/")).await;
+    let mut newcomer = connect_from([127, 0, 0, 3], srv.addr).await;
+    newcomer.send(&get("/")).await;
+
+    assert_eq!(newcomer.answer().await.status, StatusCode::OK, "the newcomer gets a place");
+    // Whether its request was read before room was made or after, it is answered: a close with
+    // it unread would be a reset.
+    assert_eq!(late.answer().await.status, StatusCode::OK, "a request already sent is answered");
+    // The header timeout is 2 s: room was made well before it.
+    assert_eq!(trickling.closed_within(Duration::from_millis(500)).await, Closed::Closed);
+    for b in &mut bare {
+        assert_eq!(b.closed_within(Duration::from_millis(500)).await, Closed::Closed);
+    }
+    assert!(srv.metrics.connections_evicted() >= CAP as u64 - 1);
+    assert_eq!(srv.metrics.connections_refused(), 0);
+}
