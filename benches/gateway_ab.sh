@@ -30,9 +30,9 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
 
 . scripts/lib/start.sh
-start_listening "$out/worker" taskset -c "$LOAD_CORE" "$bin/examples/fake_worker" --listen 127.0.0.1:0 \
-  --model models/snips-minilm-l6 --runtime-threads 1
-worker=$started_url
+. benches/lib/protocols.sh
+protocol_args "$PROTOCOL" "$GRPC_CONNS"
+start_fake_worker "$LOAD_CORE"
 declare -A url pid
 for v in a b; do
   gw_bin=$a_bin; [ "$v" = b ] && gw_bin=$b_bin
@@ -42,13 +42,6 @@ for v in a b; do
   url[$v]=$started_url
   [ "$PROTOCOL" = grpc ] && url[$v]=$(sed -n 's/^grpc listening on //p' "$out/gateway-$v.stdout" | head -n 1)
 done
-case $PROTOCOL in
-  predict) args=(--method post) ;;
-  oip) args=(--protocol oip) ;;
-  grpc) args=(--protocol grpc --h2-connections "$GRPC_CONNS") ;;
-  *) echo "PROTOCOL is predict, oip or grpc" >&2; exit 2 ;;
-esac
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 load() {  # VARIANT DURATION [SUMMARY]
   local summary=(); [ -n "${3:-}" ] && summary=(--summary "$3")
   taskset -c "$LOAD_CORE" "$bin/loadtest" --url "${url[$1]}" "${args[@]}" -c "$CONC" -d "$2" --warmup 0s \

@@ -34,25 +34,18 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
 
 . scripts/lib/start.sh
-start_listening "$out/worker" taskset -c "$LOAD_CORE" "$bin/examples/fake_worker" --listen 127.0.0.1:0 \
-  --model models/snips-minilm-l6 --runtime-threads 1
-worker=$started_url
-worker_pid=$started_pid
+. benches/lib/protocols.sh
+start_fake_worker "$LOAD_CORE"
 GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway" taskset -c "$PROXY_CORE" "$bin/gateway" \
   --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --worker "$worker" --log warn
 gateway=$started_url
 gateway_pid=$started_pid
 grpc=$(sed -n 's/^grpc listening on //p' "$out/gateway.stdout" | head -n 1)
 
-# CPU ticks (user + system) a process has used.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
 run() {  # PROTOCOL ROUND
-  local proto=$1 url=$gateway args=(--method post)
-  case $proto in
-    oip) args=(--protocol oip) ;;
-    grpc) args=(--protocol grpc --h2-connections "$GRPC_CONNS"); url=$grpc ;;
-  esac
+  local proto=$1 url=$gateway args
+  protocol_args "$proto" "$GRPC_CONNS"
+  [ "$proto" = grpc ] && url=$grpc
   local g0 w0 g1 w1
   g0=$(ticks "$gateway_pid"); w0=$(ticks "$worker_pid")
   # The load generator's CPU: the shell's reaped children's times before and after it (`times`
