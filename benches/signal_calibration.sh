@@ -99,7 +99,8 @@ fi
 {
   echo "# signal calibration: $mode, C = $(printf '%.0f' "$cap") queries/s ($cap_how), u = 0.7"
   echo "# $(uname -n) $(nproc) cores, $(date -u +%FT%TZ), $(git rev-parse --short HEAD)"
-  printf '%-8s %-9s %10s %10s %10s %8s %8s %8s\n' workers fraction offered demand C_report R signal error
+  printf '%-8s %-9s %10s %10s %10s %8s %8s %8s   %s\n' workers fraction offered demand C_report R signal error \
+    "load generator: sent/s ok/s p99_ms waited errors"
 } | tee "$report"
 
 worst=0
@@ -122,7 +123,7 @@ for n in $workers_list; do
   for f in $fractions; do
     rate=$(python3 -c "print(max(1, round($f * $cap)))")
     "$bin/loadtest" --url "$gw" --rate "const($rate, ${step_s}s)" --warmup 0s --request-timeout 20s \
-      "${loadtest_args[@]}" --progress never >/dev/null 2>&1 &
+      "${loadtest_args[@]}" --progress never --summary "$work/lt.json" >/dev/null 2>&1 &
     lt=$!
     sleep $((step_s - 3))
     samples=$work/samples
@@ -132,9 +133,18 @@ for n in $workers_list; do
       sleep 0.5
     done
     wait "$lt" || true
-    line=$(python3 - "$samples" "$n" "$f" "$rate" "$cap" <<'EOF'
+    line=$(python3 - "$samples" "$n" "$f" "$rate" "$cap" "$work/lt.json" <<'EOF'
 import json, statistics, sys
 path, n, f, rate, cap = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+# What the load generator did: requests finished (sent) and answered well per second, p99,
+# requests that waited for a free sender, and its errors by kind.
+try:
+    lt = json.load(open(sys.argv[6]))
+    t = lt["total"]
+    errs = ",".join(f"{k}:{v}" for k, v in t["errors"].items()) or "-"
+    gen = f"{t['requests'] / t['seconds']:.0f} {t['throughput_per_s']:.0f} {t['p99_ms']:.1f} {lt.get('waited', 0)} {errs}"
+except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
+    gen = f"(no summary: {e})"
 pools = [json.loads(l)[0] for l in open(path) if l.strip()]
 signal = statistics.median(p["signal"] for p in pools)
 demand = statistics.median(p["demand_per_s"] for p in pools)
@@ -142,14 +152,19 @@ c_rep = statistics.median(p["capacity_per_s"] or 0 for p in pools)
 r = rate / (cap * 0.7)
 err = abs(signal - r) / r
 ok = abs(signal - r) <= 0.25 if r < 1.5 else err <= 0.15
-print(f"{n:<8} {f:<9} {rate:>10.0f} {demand:>10.0f} {c_rep:>10.0f} {r:>8.2f} {signal:>8.2f} {err * 100:>7.1f}%{'' if ok else '  MISS'}")
+print(f"{n:<8} {f:<9} {rate:>10.0f} {demand:>10.0f} {c_rep:>10.0f} {r:>8.2f} {signal:>8.2f} {err * 100:>7.1f}%{'' if ok else '  MISS'}   {gen}")
 EOF
 )
     echo "$line" | tee -a "$report"
     e=$(echo "$line" | awk '{gsub("%","",$8); print $8}')
+    rm -f "$work/lt.json"
     worst=$(python3 -c "print(max($worst, $e))")
   done
   stop_all
+  # The gateway's and the workers' logs of this worker count, beside the report.
+  for f in "$work"/gateway.stderr "$work"/worker-*.stderr; do
+    if [ -s "$f" ]; then cp "$f" "${report%.txt}-n$n-$(basename "$f")"; fi
+  done
 done
 echo "# worst relative error: ${worst}% (goal: 15 %, or 0.25 replicas where R < 1.5: MISS marks a step off it)" | tee -a "$report"
 echo "# written to $report" >&2

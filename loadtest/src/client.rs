@@ -112,6 +112,12 @@ impl Client {
         Self { ctx, conn: None, deadline }
     }
 
+    /// Whether the next request can go without a new connection: a kept-alive HTTP/1.1
+    /// connection, or the thread's HTTP/2 connections.
+    pub fn connected(&self) -> bool {
+        self.conn.is_some() || self.ctx.h2.is_some()
+    }
+
     /// Send request `i` of the mix and wait for its answer, at most `--timeout`.
     pub async fn send(&mut self, i: u64) -> Outcome {
         self.deadline.as_mut().reset(Instant::now() + self.ctx.timeout);

@@ -10,7 +10,11 @@
 //! a slot, and the wait counts in its latency. The schedule is arithmetic (the profile's inverse
 //! cumulative), so nothing is kept per request: the next due time is computed, not queued.
 //!
-//! Senders are reused most recently idle first, so a low rate keeps few connections warm.
+//! Senders are reused most recently idle first, so a low rate keeps few connections warm, and a
+//! sender that still holds its connection before one that must open a new one. That order
+//! matters when a server refuses connections (a per-address cap answers a new one 503 and closes
+//! it): a refused sender is idle again at once, and taken first it would be refused again and
+//! again while the accepted connections sat idle, the run serving a fraction of what they carry.
 //! Timers fire on tokio's 1 ms wheel: a request can go out up to about a millisecond after its
 //! due time; that *send lag* is part of its latency and is reported on its own.
 
@@ -50,7 +54,7 @@ pub async fn run(
     ctx: Rc<ThreadCtx>,
     shared: &Arc<Shared>,
 ) {
-    let idle: Rc<RefCell<Vec<usize>>> = Rc::default();
+    let idle: Rc<RefCell<Idle>> = Rc::default();
     let free = Rc::new(Notify::new());
     let mut slots: Vec<mpsc::Sender<Job>> = Vec::new();
     let mut set = JoinSet::new();
@@ -78,7 +82,7 @@ pub async fn run(
         }
         let mut waited = false;
         let slot = loop {
-            if let Some(s) = idle.borrow_mut().pop() {
+            if let Some(s) = idle.borrow_mut().take() {
                 break s;
             }
             if slots.len() < max_slots {
@@ -115,9 +119,28 @@ pub async fn run(
     while set.join_next().await.is_some() {}
 }
 
+/// Idle senders, each stack most recently idle first.
+#[derive(Default)]
+struct Idle {
+    /// Holding a connection.
+    warm: Vec<usize>,
+    /// Without one: the next request opens it.
+    cold: Vec<usize>,
+}
+
+impl Idle {
+    fn take(&mut self) -> Option<usize> {
+        self.warm.pop().or_else(|| self.cold.pop())
+    }
+
+    fn put(&mut self, id: usize, connected: bool) {
+        if connected { self.warm.push(id) } else { self.cold.push(id) }
+    }
+}
+
 struct Slot {
     id: usize,
-    idle: Rc<RefCell<Vec<usize>>>,
+    idle: Rc<RefCell<Idle>>,
     free: Rc<Notify>,
     shared: Arc<Shared>,
     k: usize,
@@ -141,7 +164,7 @@ impl Slot {
                 Some(lag),
                 done,
             );
-            self.idle.borrow_mut().push(self.id);
+            self.idle.borrow_mut().put(self.id, client.connected());
             self.free.notify_one();
         }
     }

@@ -97,6 +97,52 @@ impl Server {
         server
     }
 
+    /// [`Server::start`] that holds at most `cap` connections open at once, as a per-address
+    /// connection cap does: a connection past it is answered `refusal` and closed, whatever it
+    /// sends. `refused` counts them.
+    pub async fn capped(
+        cap: u64,
+        refusal: Bytes,
+        handler: impl Fn(&Seen) -> Action + Send + Sync + 'static,
+    ) -> (Self, Arc<AtomicU64>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = Self {
+            addr: listener.local_addr().unwrap(),
+            connections: Arc::default(),
+            requests: Arc::default(),
+            seen: Arc::default(),
+        };
+        let refused = Arc::new(AtomicU64::new(0));
+        let open = Arc::new(AtomicU64::new(0));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let (s, r) = (server.clone(), refused.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else { return };
+                if open.load(Ordering::Acquire) >= cap {
+                    r.fetch_add(1, Ordering::Relaxed);
+                    let refusal = refusal.clone();
+                    tokio::spawn(async move {
+                        let _ = sock.write_all(&refusal).await;
+                        let _ = sock.shutdown().await;
+                        // Read what the client sent, so that the close is not a reset.
+                        let mut scratch = [0u8; 1024];
+                        while matches!(sock.read(&mut scratch).await, Ok(n) if n > 0) {}
+                    });
+                    continue;
+                }
+                open.fetch_add(1, Ordering::AcqRel);
+                s.connections.fetch_add(1, Ordering::Relaxed);
+                let (handler, s, open) = (handler.clone(), s.clone(), open.clone());
+                tokio::spawn(async move {
+                    serve(sock, handler, s, 0).await;
+                    open.fetch_sub(1, Ordering::AcqRel);
+                });
+            }
+        });
+        (server, refused)
+    }
+
     /// Answers 200 to everything.
     pub async fn ok() -> Self {
         Self::start(0, |_| Action::Answer(Bytes::from_static(OK))).await
