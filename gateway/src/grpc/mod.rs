@@ -61,8 +61,8 @@ pub(crate) async fn serve(
     if let Some(tls) = tls_config(cfg)? {
         builder = builder.tls_config(tls).map_err(|e| StartError::Config(format!("gRPC TLS: {e}")))?;
     }
+    // TCP_NODELAY is set by `capped::Incoming` (tonic's `tcp_nodelay` does not reach it).
     builder
-        .tcp_nodelay(true)
         .max_concurrent_streams(Some(MAX_STREAMS))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
