@@ -78,13 +78,7 @@ impl Server {
     /// Start a server answering each request as `handler` says; it keeps the first `keep`
     /// requests in `seen`.
     pub async fn start(keep: usize, handler: impl Fn(&Seen) -> Action + Send + Sync + 'static) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = Self {
-            addr: listener.local_addr().unwrap(),
-            connections: Arc::default(),
-            requests: Arc::default(),
-            seen: Arc::default(),
-        };
+        let (listener, server) = Self::bind().await;
         let handler: Arc<Handler> = Arc::new(handler);
         let s = server.clone();
         tokio::spawn(async move {
@@ -105,13 +99,7 @@ impl Server {
         refusal: Bytes,
         handler: impl Fn(&Seen) -> Action + Send + Sync + 'static,
     ) -> (Self, Arc<AtomicU64>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let server = Self {
-            addr: listener.local_addr().unwrap(),
-            connections: Arc::default(),
-            requests: Arc::default(),
-            seen: Arc::default(),
-        };
+        let (listener, server) = Self::bind().await;
         let refused = Arc::new(AtomicU64::new(0));
         let open = Arc::new(AtomicU64::new(0));
         let handler: Arc<Handler> = Arc::new(handler);
@@ -141,6 +129,18 @@ impl Server {
             }
         });
         (server, refused)
+    }
+
+    /// A listener on `127.0.0.1:0` and the server's counters, nothing served yet.
+    async fn bind() -> (TcpListener, Self) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = Self {
+            addr: listener.local_addr().unwrap(),
+            connections: Arc::default(),
+            requests: Arc::default(),
+            seen: Arc::default(),
+        };
+        (listener, server)
     }
 
     /// Answers 200 to everything.
