@@ -7,6 +7,10 @@
 #
 #   benches/gateway_ab.sh A_BIN B_BIN                 # PROTOCOL=predict|oip|grpc [grpc]
 #   e.g. git stash; cargo build --release -p gateway; cp target/release/gateway /tmp/gateway-a; ...
+#   AB=loadtest benches/gateway_ab.sh A_BIN B_BIN     # two load generator builds instead, in
+#                                                     # front of one gateway (this tree's)
+#
+# Each row also gives the load generator's CPU per request (its times, as a child of this shell).
 #
 # Settings: PROTOCOL [grpc], ROUNDS [4], DURATION [8s] a run (after 2 s unmeasured), CONC [32]
 # clients, GRPC_CONNS [1] HTTP/2 connections, PROXY_CORE [1], LOAD_CORE [0].
@@ -23,7 +27,8 @@ GRPC_CONNS=${GRPC_CONNS:-1}
 PROXY_CORE=${PROXY_CORE:-1}
 LOAD_CORE=${LOAD_CORE:-0}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
-cargo build -q --release -p loadtest -p worker --bin loadtest --example fake_worker
+AB=${AB:-gateway}
+cargo build -q --release -p loadtest -p worker -p gateway --bin loadtest --bin gateway --example fake_worker
 bin=$CARGO_TARGET_DIR/release
 out=$(mktemp -d)
 pids=()
@@ -33,9 +38,14 @@ trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
 . benches/lib/protocols.sh
 protocol_args "$PROTOCOL" "$GRPC_CONNS"
 start_fake_worker "$LOAD_CORE"
-declare -A url pid
+declare -A url pid lt_bin
 for v in a b; do
   gw_bin=$a_bin; [ "$v" = b ] && gw_bin=$b_bin
+  lt_bin[$v]=$bin/loadtest
+  if [ "$AB" = loadtest ]; then
+    lt_bin[$v]=$gw_bin
+    gw_bin=$bin/gateway
+  fi
   GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway-$v" taskset -c "$PROXY_CORE" "$gw_bin" \
     --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --worker "$worker" --log warn
   pid[$v]=$started_pid
@@ -44,23 +54,31 @@ for v in a b; do
 done
 load() {  # VARIANT DURATION [SUMMARY]
   local summary=(); [ -n "${3:-}" ] && summary=(--summary "$3")
-  taskset -c "$LOAD_CORE" "$bin/loadtest" --url "${url[$1]}" "${args[@]}" -c "$CONC" -d "$2" --warmup 0s \
+  taskset -c "$LOAD_CORE" "${lt_bin[$1]}" --url "${url[$1]}" "${args[@]}" -c "$CONC" -d "$2" --warmup 0s \
     --threads 1 --progress never "${summary[@]}" >/dev/null
 }
 for v in a b; do load "$v" 2s; done
 echo "$PROTOCOL, -c $CONC, $DURATION a run; A $a_bin, B $b_bin; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| round | build | req/s | p99 ms | gateway CPU us/req |"
-echo "|---|---|---|---|---|"
+echo "| round | build | req/s | p99 ms | gateway CPU us/req | loadtest CPU us/req |"
+echo "|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
   for v in a b; do
     g0=$(ticks "${pid[$v]}")
+    times >"$out/times0"
     load "$v" "$DURATION" "$out/summary.json"
+    times >"$out/times1"
     g1=$(ticks "${pid[$v]}")
-    python3 - "$out/summary.json" "$r" "${v^^}" "$((g1 - g0))" "$(getconf CLK_TCK)" <<'PY'
-import json, sys
+    python3 - "$out/summary.json" "$r" "${v^^}" "$((g1 - g0))" "$(getconf CLK_TCK)" "$out" <<'PY'
+import json, re, sys
 s = json.load(open(sys.argv[1]))["total"]
 n = max(s["requests"], 1)
-print(f"| {sys.argv[2]} | {sys.argv[3]} | {s['throughput_per_s']:.0f} | {s['p99_ms']:.2f} | {int(sys.argv[4]) / int(sys.argv[5]) / n * 1e6:.1f} |")
+
+def children(path):  # the second line of `times`: children's user and system time
+    line = open(path).read().splitlines()[1]
+    return sum(int(m) * 60 + float(sec) for m, sec in re.findall(r"(\d+)m([\d.]+)s", line))
+
+lt = (children(f"{sys.argv[6]}/times1") - children(f"{sys.argv[6]}/times0")) / n * 1e6
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {s['throughput_per_s']:.0f} | {s['p99_ms']:.2f} | {int(sys.argv[4]) / int(sys.argv[5]) / n * 1e6:.1f} | {lt:.1f} |")
 PY
   done
 done

@@ -80,6 +80,25 @@ async fn http2_multiplexes_requests_over_one_connection_per_thread() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_outcomes_are_read_from_the_grpc_status_in_trailers_or_headers() {
+    let (addr, calls) = support::grpc_server().await;
+    let url = format!("http://{addr}");
+    let s = run(&url, &["--protocol", "grpc", "-c", "1", "-n", "90", "--warmup", "0s", "--threads", "1"]).await;
+    let t = &s.total;
+    assert_eq!(calls.load(Ordering::Relaxed), 90, "every call reached the server as a framed gRPC message");
+    assert_eq!(t.requests, 90);
+    assert_eq!(t.ok, 30, "grpc-status 0 in the trailers: {:?}", t.errors);
+    assert_eq!(t.errors["429 non_json"], 30, "RESOURCE_EXHAUSTED, trailers-only: {:?}", t.errors);
+    assert_eq!(t.errors["503 non_json"], 30, "UNAVAILABLE in the trailers: {:?}", t.errors);
+    assert_eq!(s.connections_opened, 1, "one HTTP/2 connection carried every call");
+    // Many calls at once on one connection (streams), in open loop too.
+    let s = run(&url, &["--protocol", "grpc", "--rate", "const(300, 1s)", "--warmup", "0s", "--threads", "1"]).await;
+    assert_eq!(s.total.requests, 300, "{:?}", s.total.errors);
+    assert_eq!(s.total.ok, 100, "{:?}", s.total.errors);
+    assert_eq!(s.connections_opened, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_counted_by_status_error_type_and_transport_kind() {
     // The query says what the server does.
     let server = Server::start(0, |r| match r.query().as_str() {

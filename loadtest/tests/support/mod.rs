@@ -280,6 +280,59 @@ pub async fn h2c_server() -> (SocketAddr, Arc<AtomicU64>, Arc<AtomicU64>) {
     (addr, conns, h2_requests)
 }
 
+/// An h2c gRPC server that counts calls and answers them in turn: a success (one message,
+/// then `grpc-status: 0` in the trailers), then RESOURCE_EXHAUSTED as a trailers-only answer
+/// (`grpc-status: 8` in the headers, no body), then UNAVAILABLE in the trailers after headers.
+pub async fn grpc_server() -> (SocketAddr, Arc<AtomicU64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((sock, _)) = listener.accept().await else { return };
+            let c = c.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let c = c.clone();
+                    async move {
+                        let grpc = req.headers().get("content-type").is_some_and(|v| v == "application/grpc");
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        // A gRPC message: a flag byte and a 4-byte length before the protobuf.
+                        let framed = body.len() >= 5
+                            && body.len() == 5 + u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+                        let n = c.fetch_add(1, Ordering::Relaxed);
+                        // (body, grpc-status in the headers, grpc-status in the trailers)
+                        let (data, head, tail): (&'static [u8], _, _) = match (grpc && framed, n % 3) {
+                            (false, _) => (b"", None, Some("3")),
+                            (true, 0) => (b"\0\0\0\0\0", None, Some("0")),
+                            (true, 1) => (b"", Some("8"), None),
+                            (true, _) => (b"", None, Some("14")),
+                        };
+                        let trailers = tail.map(|code| {
+                            let mut t = http::HeaderMap::new();
+                            t.insert("grpc-status", http::HeaderValue::from_static(code));
+                            Ok::<_, Infallible>(t)
+                        });
+                        let mut resp = hyper::Response::new(
+                            Full::new(Bytes::from_static(data)).with_trailers(std::future::ready(trailers)),
+                        );
+                        if let Some(code) = head {
+                            resp.headers_mut().insert("grpc-status", http::HeaderValue::from_static(code));
+                        }
+                        resp.headers_mut().insert("content-type", http::HeaderValue::from_static("application/grpc"));
+                        Ok::<_, Infallible>(resp)
+                    }
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(sock), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, calls)
+}
+
 /// Run `loadtest` in-process with these arguments (after `--url URL`).
 pub async fn run(url: &str, args: &[&str]) -> loadtest::summary::Summary {
     use clap::Parser as _;
