@@ -196,6 +196,43 @@ async fn concurrent_single_queries_reach_the_worker_merged_and_come_back_as_the_
 }
 
 #[tokio::test]
+async fn an_inference_of_one_text_going_alone_goes_in_the_list_form_and_a_refusal_is_the_workers_own() {
+    let _serial = SERIAL.lock().await;
+    let worker = fake_worker().await;
+    let (gw, admin) = gateway(&[&worker.url], 2).await;
+    let c = &client();
+    testkit::wait_until(Duration::from_secs(10), "the gateway is ready", || async {
+        c.get(gw.at("/readyz")).send().await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    stats_arrived(c, &admin).await;
+    let infer = |base: String, text: String| async move {
+        let body = serde_json::json!({
+            "id": "one",
+            "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [text]}],
+        });
+        let resp = c.post(format!("{base}/v2/models/snips-minilm-l6/infer")).json(&body).send().await.unwrap();
+        let content_type = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+        (resp.status().as_u16(), content_type, resp.text().await.unwrap())
+    };
+    // One at a time, nothing else in flight: each goes alone. A text over the worker's
+    // 2,048-byte limit is light by the gateway's estimate, so it goes the same way.
+    let texts = ["play some jazz".to_owned(), "x".repeat(3000)];
+    for text in &texts {
+        let direct = infer(worker.url.clone(), text.clone()).await;
+        let through = infer(gw.url.clone(), text.clone()).await;
+        assert_eq!(through, direct, "through the gateway as the worker answers it (text of {} bytes)", text.len());
+    }
+    let gateway = metrics(c, &admin).await;
+    // Both went to the worker's `/predict` as a list of one; the worker refused the second as a
+    // list, and it went again as it came, for the worker's own refusal of it (checked above).
+    assert_eq!(metric_sum(&gateway, "gateway_coalesced_exchanges_total", &[]), 2.0, "{gateway}");
+    assert_eq!(metric_sum(&gateway, "gateway_coalesced_requests_total", &[]), 2.0);
+    assert_eq!(metric_sum(&gateway, "gateway_requests_total", &[("outcome", "ok")]), 1.0);
+    assert_eq!(metric_sum(&gateway, "gateway_retries_total", &[]), 0.0);
+}
+
+#[tokio::test]
 async fn concurrent_grpc_calls_of_one_text_are_merged_and_answered_as_the_worker_answers_each() {
     use oip::pb::ModelInferRequest;
     use oip::pb::grpc_inference_service_client::GrpcInferenceServiceClient;

@@ -154,6 +154,13 @@ pub(super) async fn attempt(
     let member = Member { json: single.json.clone(), tokens: single.tokens, deadline: deadline.0, answer: tx };
     let arrival = ep.coalesce().arrive(member, policy);
     match arrival {
+        // An inference of one text going alone goes as a list of one to the worker's `/predict`
+        // (its fast route, and the answer made from the item, as a merge's member's is) rather
+        // than to the worker's inference route with its JSON body. A refusal of it (a 4xx) sends
+        // the request again as it came, for the worker's own answer to it.
+        Arrival::Alone(member) if single.oip.is_some() => {
+            send(Arc::clone(ctx), Arc::clone(ep), *policy, vec![member]);
+        }
         Arrival::Alone(member) => {
             drop(member);
             // Counted in flight at the worker's queue until it ends.
