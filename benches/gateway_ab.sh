@@ -10,7 +10,8 @@
 #   AB=loadtest benches/gateway_ab.sh A_BIN B_BIN     # two load generator builds instead, in
 #                                                     # front of one gateway (this tree's)
 #
-# Each row also gives the load generator's CPU per request (its times, as a child of this shell).
+# Each row also gives the fake worker's and the load generator's CPU per request (the latter from
+# its times, as a child of this shell).
 #
 # Settings: PROTOCOL [grpc], ROUNDS [4], DURATION [8s] a run (after 2 s unmeasured), CONC [32]
 # clients, GRPC_CONNS [1] HTTP/2 connections, PROXY_CORE [1], LOAD_CORE [0].
@@ -59,16 +60,16 @@ load() {  # VARIANT DURATION [SUMMARY]
 }
 for v in a b; do load "$v" 2s; done
 echo "$PROTOCOL, -c $CONC, $DURATION a run; A $a_bin, B $b_bin; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| round | build | req/s | p99 ms | gateway CPU us/req | loadtest CPU us/req |"
-echo "|---|---|---|---|---|---|"
+echo "| round | build | req/s | p99 ms | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req |"
+echo "|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
   for v in a b; do
-    g0=$(ticks "${pid[$v]}")
+    g0=$(ticks "${pid[$v]}"); w0=$(ticks "$worker_pid")
     times >"$out/times0"
     load "$v" "$DURATION" "$out/summary.json"
     times >"$out/times1"
-    g1=$(ticks "${pid[$v]}")
-    python3 - "$out/summary.json" "$r" "${v^^}" "$((g1 - g0))" "$(getconf CLK_TCK)" "$out" <<'PY'
+    g1=$(ticks "${pid[$v]}"); w1=$(ticks "$worker_pid")
+    python3 - "$out/summary.json" "$r" "${v^^}" "$((g1 - g0))" "$(getconf CLK_TCK)" "$out" "$((w1 - w0))" <<'PY'
 import json, re, sys
 s = json.load(open(sys.argv[1]))["total"]
 n = max(s["requests"], 1)
@@ -78,7 +79,8 @@ def children(path):  # the second line of `times`: children's user and system ti
     return sum(int(m) * 60 + float(sec) for m, sec in re.findall(r"(\d+)m([\d.]+)s", line))
 
 lt = (children(f"{sys.argv[6]}/times1") - children(f"{sys.argv[6]}/times0")) / n * 1e6
-print(f"| {sys.argv[2]} | {sys.argv[3]} | {s['throughput_per_s']:.0f} | {s['p99_ms']:.2f} | {int(sys.argv[4]) / int(sys.argv[5]) / n * 1e6:.1f} | {lt:.1f} |")
+per = lambda ticks: int(ticks) / int(sys.argv[5]) / n * 1e6
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {s['throughput_per_s']:.0f} | {s['p99_ms']:.2f} | {per(sys.argv[4]):.1f} | {per(sys.argv[7]):.1f} | {lt:.1f} |")
 PY
   done
 done
