@@ -29,14 +29,8 @@ PROXY_CORE=${PROXY_CORE:-1}
 LOAD_CORE=${LOAD_CORE:-0}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
 AB=${AB:-gateway}
-cargo build -q --release -p loadtest -p worker -p gateway --bin loadtest --bin gateway --example fake_worker
-bin=$CARGO_TARGET_DIR/release
-out=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
-
-. scripts/lib/start.sh
 . benches/lib/protocols.sh
+bench_setup
 protocol_args "$PROTOCOL" "$GRPC_CONNS"
 start_fake_worker "$LOAD_CORE"
 declare -A url pid lt_bin
@@ -69,18 +63,14 @@ for r in $(seq 1 "$ROUNDS"); do
     load "$v" "$DURATION" "$out/summary.json"
     times >"$out/times1"
     g1=$(ticks "${pid[$v]}"); w1=$(ticks "$worker_pid")
-    python3 - "$out/summary.json" "$r" "${v^^}" "$((g1 - g0))" "$(getconf CLK_TCK)" "$out" "$((w1 - w0))" <<'PY'
-import json, re, sys
+    python3 - "$out/summary.json" "$r" "${v^^}" "$((g1 - g0))" "$(getconf CLK_TCK)" "$((w1 - w0))" \
+      "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" <<'PY'
+import json, sys
 s = json.load(open(sys.argv[1]))["total"]
 n = max(s["requests"], 1)
-
-def children(path):  # the second line of `times`: children's user and system time
-    line = open(path).read().splitlines()[1]
-    return sum(int(m) * 60 + float(sec) for m, sec in re.findall(r"(\d+)m([\d.]+)s", line))
-
-lt = (children(f"{sys.argv[6]}/times1") - children(f"{sys.argv[6]}/times0")) / n * 1e6
 per = lambda ticks: int(ticks) / int(sys.argv[5]) / n * 1e6
-print(f"| {sys.argv[2]} | {sys.argv[3]} | {s['throughput_per_s']:.0f} | {s['p99_ms']:.2f} | {per(sys.argv[4]):.1f} | {per(sys.argv[7]):.1f} | {lt:.1f} |")
+lt = (float(sys.argv[8]) - float(sys.argv[7])) / n * 1e6
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {s['throughput_per_s']:.0f} | {s['p99_ms']:.2f} | {per(sys.argv[4]):.1f} | {per(sys.argv[6]):.1f} | {lt:.1f} |")
 PY
   done
 done

@@ -27,14 +27,8 @@ PROXY_CORE=${PROXY_CORE:-1}
 LOAD_CORE=${LOAD_CORE:-0}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
 
-cargo build -q --release -p gateway -p loadtest -p worker --bin gateway --bin loadtest --example fake_worker
-bin=$CARGO_TARGET_DIR/release
-out=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
-
-. scripts/lib/start.sh
 . benches/lib/protocols.sh
+bench_setup
 start_fake_worker "$LOAD_CORE"
 GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway" taskset -c "$PROXY_CORE" "$bin/gateway" \
   --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --worker "$worker" --log warn
@@ -56,17 +50,13 @@ run() {  # PROTOCOL ROUND
     --threads 1 --progress never --summary "$out/$proto-$2.json" >/dev/null
   times >"$out/times1"
   g1=$(ticks "$gateway_pid"); w1=$(ticks "$worker_pid")
-  python3 - "$out/$proto-$2.json" "$proto" "$2" "$((g1 - g0))" "$((w1 - w0))" "$(getconf CLK_TCK)" "$out" <<'PY'
-import json, re, sys
+  python3 - "$out/$proto-$2.json" "$proto" "$2" "$((g1 - g0))" "$((w1 - w0))" "$(getconf CLK_TCK)" \
+    "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" <<'PY'
+import json, sys
 s = json.load(open(sys.argv[1]))["total"]
 n, hz = max(s["requests"], 1), int(sys.argv[6])
 gw, wk = (int(t) / hz / n * 1e6 for t in sys.argv[4:6])
-
-def children(path):  # the second line of `times`: children's user and system time
-    line = open(path).read().splitlines()[1]
-    return sum(int(m) * 60 + float(sec) for m, sec in re.findall(r"(\d+)m([\d.]+)s", line))
-
-lt = (children(f"{sys.argv[7]}/times1") - children(f"{sys.argv[7]}/times0")) / n * 1e6
+lt = (float(sys.argv[8]) - float(sys.argv[7])) / n * 1e6
 bad = s["requests"] - s["ok"]
 print(f"| {sys.argv[3]} | {sys.argv[2]} | {s['throughput_per_s']:.0f} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} | {lt:.0f} |")
 PY

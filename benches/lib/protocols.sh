@@ -1,9 +1,22 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034,SC2154  # variables set for, and by, the caller
-# Sourced by benches/oip_protocols.sh and benches/gateway_ab.sh: the fake worker behind the
-# gateway, the load generator's arguments for a protocol, and a process's CPU ticks. Expects
-# scripts/lib/start.sh sourced, $bin (the release build), $out (a scratch folder) and the
-# caller's $pids array.
+# Sourced by benches/oip_protocols.sh and benches/gateway_ab.sh: their set-up, the fake worker
+# behind the gateway, the load generator's arguments for a protocol, and the CPU a process or
+# this shell's children spent. Expects $CARGO_TARGET_DIR, and the repository root as the
+# current directory.
+
+# Builds the gateway, the load generator and the fake worker (release); sets $bin (the build),
+# $out (a scratch folder) and $pids (the processes started), both cleaned up at exit; sources
+# scripts/lib/start.sh.
+bench_setup() {
+  cargo build -q --release -p gateway -p loadtest -p worker --bin gateway --bin loadtest --example fake_worker
+  bin=$CARGO_TARGET_DIR/release
+  out=$(mktemp -d)
+  pids=()
+  trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
+  # shellcheck source=scripts/lib/start.sh
+  . scripts/lib/start.sh
+}
 
 # Starts the fake worker (the worker's whole host side, no inference) on core $1; sets $worker
 # (its URL) and $worker_pid.
@@ -27,3 +40,8 @@ protocol_args() {
 
 # CPU ticks (user + system) a process has used.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# CPU seconds (user + system) of this shell's reaped children, from what `times` wrote to file
+# $1. Run `times` in the measuring shell itself, not a subshell, whose children would be its own.
+children_cpu() { awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } print s }' "$1"; }
+
