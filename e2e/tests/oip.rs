@@ -118,3 +118,89 @@ async fn grpc_overload_is_resource_exhausted_with_retry_info() {
     assert_eq!(e.get_details_retry_info().and_then(|r| r.retry_delay), Some(Duration::from_secs(3)));
     assert_eq!(e.metadata().get("retry-after").unwrap(), "3");
 }
+
+/// One gRPC call on a raw HTTP/2 stream: the body's bytes as given (prefix included) and extra
+/// request headers; the answer's `grpc-status` (from the trailers, or a trailers-only answer's
+/// headers), its `content-type` and its data.
+async fn raw_call(
+    h2: &h2::client::SendRequest<bytes::Bytes>,
+    grpc: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (String, Option<String>, bytes::Bytes) {
+    let mut req = http::Request::post(format!("{grpc}/inference.GRPCInferenceService/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut h2 = h2.clone().ready().await.unwrap();
+    let (answer, mut send) = h2.send_request(req.body(()).unwrap(), false).unwrap();
+    send.send_data(body.into(), true).unwrap();
+    let (parts, mut body) = answer.await.unwrap().into_parts();
+    let text = |v: &http::HeaderValue| v.to_str().unwrap().to_owned();
+    let content_type = parts.headers.get("content-type").map(text);
+    let mut data = bytes::BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        data.extend_from_slice(&chunk);
+    }
+    let trailers = body.trailers().await.unwrap().unwrap_or_default();
+    let status = trailers.get("grpc-status").or(parts.headers.get("grpc-status")).map(text).expect("a grpc-status");
+    (status, content_type, data.freeze())
+}
+
+/// `msg` as a gRPC message: not compressed, its length, its bytes.
+fn framed(msg: &[u8], compressed: bool) -> Vec<u8> {
+    let mut out = vec![u8::from(compressed)];
+    out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    out.extend_from_slice(msg);
+    out
+}
+
+#[tokio::test]
+async fn grpc_model_infer_holds_to_the_wire_format_and_its_limits() {
+    use prost::Message;
+    let worker = start_worker().await;
+    let (_gw, grpc) = start_gateway(&worker, &["--max-body-bytes", "4096"]).await;
+    let mut g = GrpcInferenceServiceClient::connect(grpc.clone()).await.unwrap();
+    testkit::wait_until(Duration::from_secs(30), "the gateway is ready", || {
+        let mut g = g.clone();
+        async move { g.server_ready(ServerReadyRequest {}).await.is_ok_and(|r| r.into_inner().ready) }
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(grpc.trim_start_matches("http://")).await.unwrap();
+    let (h2, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let texts = vec!["play some jazz".to_owned(), "will it rain tomorrow".to_owned()];
+    let msg = infer_request(MODEL, &texts).encode_to_vec();
+
+    // A call as a client sends it: one data frame and grpc-status 0 in the trailers.
+    let (status, content_type, data) = raw_call(&h2, &grpc, "ModelInfer", &[], framed(&msg, false)).await;
+    assert_eq!((status.as_str(), content_type.as_deref()), ("0", Some("application/grpc")));
+    assert_eq!(&data[..5], &[&[0u8][..], &(data.len() as u32 - 5).to_be_bytes()].concat()[..], "the prefix");
+    let a = oip::pb::ModelInferResponse::decode(&data[5..]).unwrap();
+    let want = g.model_infer(infer_request(MODEL, &texts)).await.unwrap().into_inner();
+    assert_eq!(a, want, "the raw call's answer is the generated client's");
+
+    // What the gateway does not take: each its own status, the connection serving on.
+    const GZIP: &[(&str, &str)] = &[("grpc-encoding", "gzip")];
+    let cases = [
+        ("a compressed message", &[][..], framed(&msg, true), "12"),
+        ("a compression it does not speak", GZIP, framed(&msg, false), "12"),
+        ("a message past --max-body-bytes", &[], framed(&vec![b'x'; 5000], false), "8"),
+        ("a prefix longer than the body", &[], framed(&msg, false)[..20].to_vec(), "13"),
+        ("no message", &[], Vec::new(), "13"),
+        ("a message that does not decode", &[], framed(&[0xff; 8], false), "13"),
+    ];
+    for (what, headers, body, want) in cases {
+        let (status, ..) = raw_call(&h2, &grpc, "ModelInfer", headers, body).await;
+        assert_eq!(status, want, "{what}");
+    }
+    let (status, ..) = raw_call(&h2, &grpc, "NoSuchMethod", &[], framed(&[], false)).await;
+    assert_eq!(status, "12", "a method the service does not have");
+    let (status, ..) = raw_call(&h2, &grpc, "ServerLive", &[], framed(&[], false)).await;
+    assert_eq!(status, "0", "the other methods, on the same connection");
+}

@@ -47,6 +47,7 @@ pub use authz::{Authorizer, KubeReviewer, Review, Reviewer};
 pub use config::{AuthorizationMode, MetricsApiConfig};
 pub use metrics::{ApiMetrics, ResultLabels};
 pub use source::{PoolSource, PoolView};
+pub use tls::{provider as tls_provider, read_pair as read_tls_pair};
 
 use reload::{Files, RequestHeaderFlags};
 use trust::{Slots, TrustStore};

@@ -11,7 +11,6 @@ use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// The listener's connections, at most `max` open at once.
 pub(crate) struct Incoming {
@@ -61,13 +60,6 @@ impl Stream for Incoming {
                 },
             }
         }
-    }
-}
-
-impl Connected for Conn {
-    type ConnectInfo = TcpConnectInfo;
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.tcp.connect_info()
     }
 }
 

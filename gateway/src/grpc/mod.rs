@@ -1,6 +1,7 @@
 //! The gateway's gRPC listener (`--grpc-listen`): the Open Inference Protocol's
 //! `inference.GRPCInferenceService` ([`infer`], through the predict entry) and KEDA's
-//! `externalscaler.ExternalScaler` ([`keda`]).
+//! `externalscaler.ExternalScaler` ([`keda`]), on hyper's HTTP/2 server ([`server`]:
+//! `ModelInfer` answered there directly, every other call through tonic's router).
 //!
 //! Hygiene, as the HTTP listeners': at most `--max-connections` connections (one past it is
 //! closed at once, [`capped`]), messages up to `--max-body-bytes` (RESOURCE_EXHAUSTED past it),
@@ -13,13 +14,23 @@
 mod capped;
 pub(crate) mod infer;
 pub(crate) mod keda;
+mod server;
 
 use std::future::Future;
-use std::time::Duration;
+use std::pin::pin;
+use std::sync::Arc;
 
+use futures::StreamExt;
 use oip::pb::grpc_inference_service_server::GrpcInferenceServiceServer;
+use rustls::RootCertStore;
+use rustls::server::{ServerConfig, WebPkiClientVerifier};
+use rustls::sign::SingleCertAndKey;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 use tokio::net::TcpListener;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tonic::service::Routes;
 
 use crate::StartError;
 use crate::http::AppState;
@@ -29,19 +40,35 @@ use keda::pb::external_scaler_server::ExternalScalerServer;
 const MAX_STREAMS: u32 = 1024;
 
 /// The listener's TLS (`--grpc-tls-cert-file`, `--grpc-tls-key-file`) and client verification
-/// (`--grpc-tls-client-ca-file`), if asked for; read once, at start.
-pub(crate) fn tls_config(cfg: &crate::Config) -> Result<Option<ServerTlsConfig>, StartError> {
+/// (`--grpc-tls-client-ca-file`: a client must present a certificate the CA signed), if asked
+/// for; read once, at start. HTTP/2 only (ALPN `h2`).
+pub(crate) fn tls_config(cfg: &crate::Config) -> Result<Option<Arc<ServerConfig>>, StartError> {
     let (Some(cert), Some(key)) = (&cfg.grpc_tls_cert_file, &cfg.grpc_tls_key_file) else {
         return Ok(None);
     };
-    let read = |p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| StartError::Config(format!("gRPC TLS: reading {}: {e}", p.display())))
+    let bad = |e: String| StartError::Config(format!("gRPC TLS: {e}"));
+    let provider = metrics_api::tls_provider();
+    let pair = metrics_api::read_tls_pair(cert, key, &provider).map_err(bad)?;
+    let versions = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?;
+    let verified = match &cfg.grpc_tls_client_ca_file {
+        Some(ca) => {
+            let pem = std::fs::read(ca).map_err(|e| bad(format!("reading {}: {e}", ca.display())))?;
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(&pem) {
+                roots.add(c.map_err(|e| bad(format!("{}: {e}", ca.display())))?).map_err(|e| bad(e.to_string()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| bad(format!("{}: {e}", ca.display())))?;
+            versions.with_client_cert_verifier(verifier)
+        }
+        None => versions.with_no_client_auth(),
     };
-    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
-    if let Some(ca) = &cfg.grpc_tls_client_ca_file {
-        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
-    }
-    Ok(Some(tls))
+    let mut tls = verified.with_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::new(pair))));
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Some(Arc::new(tls)))
 }
 
 /// Serve both services on `tcp` until `shutdown` resolves, then finish the calls in flight.
@@ -52,23 +79,42 @@ pub(crate) async fn serve(
 ) -> Result<(), StartError> {
     let cfg = &state.pools.ctx().config;
     let max = cfg.max_body_bytes;
-    let incoming = capped::Incoming::new(tcp, cfg.listener.max_connections);
+    let tls = tls_config(cfg)?.map(TlsAcceptor::from);
     let infer = GrpcInferenceServiceServer::new(infer::Service(state.clone()))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max.max(4 << 20));
     let scaler = ExternalScalerServer::new(keda::Scaler { pools: state.pools.clone() }).max_decoding_message_size(max);
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls_config(cfg)? {
-        builder = builder.tls_config(tls).map_err(|e| StartError::Config(format!("gRPC TLS: {e}")))?;
+    let calls = Arc::new(server::Calls {
+        infer: infer::Service(state.clone()),
+        routes: Routes::new(infer).add_service(scaler),
+        max_message: max,
+    });
+    let h2 = server::builder(MAX_STREAMS);
+    // Each connection holds a receiver: told to finish at shutdown, and waited for.
+    let (stop, stopping) = watch::channel(());
+    {
+        // TCP_NODELAY and the connection cap: `capped::Incoming`.
+        let mut incoming = pin!(capped::Incoming::new(tcp, cfg.listener.max_connections));
+        let mut shutdown = pin!(shutdown);
+        loop {
+            let conn = tokio::select! {
+                () = &mut shutdown => break,
+                c = incoming.next() => match c {
+                    Some(Ok(c)) => c,
+                    Some(Err(_)) => continue,
+                    None => break,
+                },
+            };
+            let mut stopping = stopping.clone();
+            let stopped = async move {
+                let _ = stopping.changed().await;
+            };
+            tokio::spawn(server::connection(conn, tls.clone(), Arc::clone(&calls), h2.clone(), stopped));
+        }
+        // The listener closes here: no connection is taken once shutdown began.
     }
-    // TCP_NODELAY is set by `capped::Incoming` (tonic's `tcp_nodelay` does not reach it).
-    builder
-        .max_concurrent_streams(Some(MAX_STREAMS))
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .add_service(infer)
-        .add_service(scaler)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .map_err(|e| StartError::Config(format!("grpc: {e}")))
+    let _ = stop.send(());
+    drop(stopping);
+    stop.closed().await;
+    Ok(())
 }

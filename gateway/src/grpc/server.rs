@@ -1,0 +1,177 @@
+//! The gRPC listener's connections, served on hyper's HTTP/2 server. `ModelInfer`, the call
+//! that carries the load, is answered here directly: its one message read from the request's
+//! body, decoded with prost, handed to [`infer::Service`] and its answer written back as one
+//! data frame and the `grpc-status` trailer. Every other call goes to tonic's router
+//! ([`tonic::service::Routes`]) unchanged. tonic's transport put five service layers, an axum
+//! router's lookup, a boxed body and its streaming codec around every call; for a unary call of
+//! a few hundred bytes they cost the gateway more than the call's own work (`benches/RESULTS.md`,
+//! "Protocols").
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{HeaderValue, Request, Response, header};
+use http_body_util::{BodyExt, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use oip::pb::ModelInferRequest;
+use oip::pb::grpc_inference_service_server::GrpcInferenceService;
+use prost::Message;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::TlsAcceptor;
+use tonic::Status;
+use tonic::body::Body;
+use tonic::metadata::MetadataMap;
+use tonic::service::Routes;
+use tower::Service as _;
+
+use super::capped::Conn;
+use super::infer;
+
+/// The path of `ModelInfer`.
+const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+
+/// What a connection's calls share.
+pub(super) struct Calls {
+    pub(super) infer: infer::Service,
+    pub(super) routes: Routes,
+    /// Largest message taken, in bytes (`--max-body-bytes`).
+    pub(super) max_message: usize,
+}
+
+/// The HTTP/2 settings of every connection.
+pub(super) fn builder(max_streams: u32) -> hyper::server::conn::http2::Builder<TokioExecutor> {
+    let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    b.timer(TokioTimer::new())
+        .max_concurrent_streams(max_streams)
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(10));
+    b
+}
+
+/// Longest a TLS handshake may take; a client slower than this is dropped.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// Serve one connection (after its TLS handshake, with `tls`) until it closes, or gracefully
+/// (its calls in flight finished, no new ones taken) once `stop` resolves.
+pub(super) async fn connection(
+    conn: Conn,
+    tls: Option<TlsAcceptor>,
+    calls: Arc<Calls>,
+    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
+    stop: impl Future<Output = ()>,
+) {
+    let mut stop = pin!(stop);
+    match tls {
+        None => serve(conn, calls, builder, stop).await,
+        Some(tls) => {
+            let handshake = tokio::time::timeout(HANDSHAKE, tls.accept(conn));
+            let conn = tokio::select! {
+                h = handshake => match h {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => return tracing::debug!(error = %e, "grpc TLS handshake failed"),
+                    Err(_) => return tracing::debug!("grpc TLS handshake timed out"),
+                },
+                () = &mut stop => return,
+            };
+            serve(conn, calls, builder, stop).await;
+        }
+    }
+}
+
+async fn serve<IO>(
+    io: IO,
+    calls: Arc<Calls>,
+    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
+    mut stop: Pin<&mut impl Future<Output = ()>>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let calls = Arc::clone(&calls);
+        async move { Ok::<_, Infallible>(calls.call(req).await) }
+    });
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(io), svc));
+    let ended = tokio::select! {
+        r = conn.as_mut() => r,
+        () = stop.as_mut() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, "grpc connection ended");
+    }
+}
+
+impl Calls {
+    async fn call(&self, req: Request<Incoming>) -> Response<Body> {
+        if req.uri().path() == MODEL_INFER {
+            return self.model_infer(req).await.unwrap_or_else(|s| s.into_http());
+        }
+        let mut routes = self.routes.clone();
+        match routes.call(req.map(Body::new)).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        }
+    }
+
+    /// `ModelInfer`: its message read and decoded, answered by the service, written back.
+    async fn model_infer(&self, req: Request<Incoming>) -> Result<Response<Body>, Status> {
+        let (parts, body) = req.into_parts();
+        if let Some(enc) = parts.headers.get("grpc-encoding").filter(|v| v.as_bytes() != b"identity") {
+            return Err(Status::unimplemented(format!(
+                "message compression {} is not supported; send it uncompressed",
+                String::from_utf8_lossy(enc.as_bytes())
+            )));
+        }
+        let msg = read_message(body, self.max_message).await?;
+        let msg = ModelInferRequest::decode(msg).map_err(|e| Status::internal(format!("failed to decode: {e}")))?;
+        let req = tonic::Request::from_parts(MetadataMap::from_headers(parts.headers), parts.extensions, msg);
+        let (md, answer, _) = self.infer.model_infer(req).await?.into_parts();
+        let mut frame = BytesMut::with_capacity(5 + answer.encoded_len());
+        frame.put_u8(0);
+        frame.put_u32(u32::try_from(answer.encoded_len()).unwrap_or(u32::MAX));
+        answer.encode(&mut frame).map_err(|e| Status::internal(format!("failed to encode: {e}")))?;
+        let mut trailers = http::HeaderMap::with_capacity(1);
+        trailers.insert("grpc-status", HeaderValue::from_static("0"));
+        let frames = [Ok::<_, Infallible>(Frame::data(frame.freeze())), Ok(Frame::trailers(trailers))];
+        let mut resp = Response::new(Body::new(StreamBody::new(futures::stream::iter(frames))));
+        *resp.headers_mut() = md.into_headers();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        Ok(resp)
+    }
+}
+
+/// The one message of a unary call's body: its 5-byte prefix (not compressed, its length)
+/// and the message, at most `max` bytes (RESOURCE_EXHAUSTED past it, as tonic answers).
+async fn read_message(body: Incoming, max: usize) -> Result<Bytes, Status> {
+    let too_large = || Status::resource_exhausted(format!("the message is larger than the limit of {max} bytes"));
+    let mut buf = Limited::new(body, max.saturating_add(5))
+        .collect()
+        .await
+        .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
+            Ok(_) => too_large(),
+            Err(e) => Status::cancelled(format!("the request's body was cut short: {e}")),
+        })?
+        .to_bytes();
+    if buf.len() < 5 {
+        return Err(Status::internal("the request carried no message"));
+    }
+    if buf[0] != 0 {
+        return Err(Status::unimplemented("compressed messages are not supported; send it uncompressed"));
+    }
+    buf.advance(1);
+    let len = buf.get_u32() as usize;
+    if len > max {
+        return Err(too_large());
+    }
+    if buf.len() != len {
+        return Err(Status::internal(format!("the message's prefix says {len} bytes, the body carries {}", buf.len())));
+    }
+    Ok(buf)
+}
