@@ -6,6 +6,7 @@
 //! (`grpc-timeout`) bounds the call: past it, DEADLINE_EXCEEDED and the request is dropped
 //! (its admission freed, its attempt on the worker cancelled).
 
+use std::pin::pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -66,9 +67,11 @@ impl Service {
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))
             .map_err(|e| Status::invalid_argument(format!("bad model name or version: {e}")))?;
-        let answer = handle_to(&self.0, self.pool(md), Target::Oip(&path), req);
+        // Pinned here, awaited in either arm: moved into one arm's `timeout`, the future (some
+        // kilobytes) would be laid out twice in this one's, and copied in full at each call.
+        let mut answer = pin!(handle_to(&self.0, self.pool(md), Target::Oip(&path), req));
         match deadline(md) {
-            Some(d) => tokio::time::timeout(d, answer)
+            Some(d) => tokio::time::timeout(d, answer.as_mut())
                 .await
                 .map_err(|_| Status::deadline_exceeded("the client's deadline passed before the answer")),
             None => Ok(answer.await),
