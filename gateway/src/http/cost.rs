@@ -37,7 +37,9 @@ pub(crate) fn estimate(cfg: &Config, query: Option<&str>, body: &[u8]) -> Cost {
 
 /// The estimated cost of an Open Inference Protocol request: its texts (the strings of its
 /// inputs' `data`), charged as `/predict`'s queries; a body too short to be heavy by its length.
-pub(crate) fn estimate_oip(cfg: &Config, body: &[u8]) -> Cost {
+/// `texts`: how many texts the request carries, when the caller has read it already (else they
+/// are counted here, from its shape).
+pub(crate) fn estimate_oip(cfg: &Config, body: &[u8], texts: Option<u64>) -> Cost {
     let short = (body.len() as u64).saturating_add(2);
     let tokens = if short <= cfg.heavy_request_tokens {
         short.min(cfg.max_query_tokens)
@@ -53,7 +55,13 @@ pub(crate) fn estimate_oip(cfg: &Config, body: &[u8]) -> Cost {
             Err(_) => cfg.max_query_tokens,
         }
     };
-    finish(cfg, tokens, oip_query_count(body))
+    finish(cfg, tokens, texts.unwrap_or_else(|| oip_query_count(body)))
+}
+
+/// Whether `body` is too short to be heavy, whatever it holds: its tokens are estimated from its
+/// length alone ([`estimate`], [`estimate_oip`]).
+pub(crate) fn light_by_length(cfg: &Config, body: &[u8]) -> bool {
+    (body.len() as u64).saturating_add(2) <= cfg.heavy_request_tokens
 }
 
 #[derive(serde::Deserialize)]
@@ -150,10 +158,12 @@ mod tests {
     fn an_oip_request_counts_its_texts() {
         let cfg = Config::for_tests();
         let body = br#"{"inputs":[{"name":"text","datatype":"BYTES","shape":[3],"data":["a","b","c"]}]}"#;
-        assert_eq!(estimate_oip(&cfg, body).queries, 3);
+        assert_eq!(estimate_oip(&cfg, body, None).queries, 3);
         let body = br#"{"inputs":[{"name":"text","datatype":"BYTES","shape":[2,1],"data":[["a"],["b"]]}]}"#;
-        assert_eq!(estimate_oip(&cfg, body).queries, 2);
-        assert_eq!(estimate_oip(&cfg, b"not json").queries, 1);
+        assert_eq!(estimate_oip(&cfg, body, None).queries, 2);
+        assert_eq!(estimate_oip(&cfg, b"not json", None).queries, 1);
+        // Counted by the caller, which has read the request already: not read again here.
+        assert_eq!(estimate_oip(&cfg, b"not json", Some(3)).queries, 3);
     }
 
     #[test]
@@ -198,7 +208,7 @@ mod tests {
         let oip = |texts: serde_json::Value| {
             let body =
                 serde_json::json!({"inputs": [{"name": "text", "shape": [64], "datatype": "BYTES", "data": texts}]});
-            estimate_oip(&cfg, body.to_string().as_bytes())
+            estimate_oip(&cfg, body.to_string().as_bytes(), None)
         };
         let c = oip(serde_json::json!(["play jazz"]));
         assert!(!c.heavy, "{c:?}");
@@ -207,7 +217,7 @@ mod tests {
         assert_eq!((c.tokens, c.heavy), (400, true));
         let long = "supercalifragilistic ".repeat(100);
         assert_eq!(oip(serde_json::json!(vec![long; 64])).tokens, 64 * 128);
-        assert_eq!(estimate_oip(&cfg, &[b'x'; 4000]).tokens, 128);
+        assert_eq!(estimate_oip(&cfg, &[b'x'; 4000], None).tokens, 128);
     }
 
     #[test]

@@ -175,17 +175,41 @@ where
         Limited::new(body, max_body).collect().await.map_err(|_| RequestError::TooLarge(max_body))?.to_bytes()
     };
     let cfg = &state.pools.ctx().config;
+    // A light request of one query may go to the worker merged with others (`routing::coalesce`).
+    // The gRPC service hands over its call's one text checked already ([`Prepared`]). A protocol
+    // inference too short to be heavy is read here once, for both its cost (its texts) and a
+    // merge; `None` when not read.
+    let prepared = parts.extensions.remove::<super::single::Prepared>().map(|p| p.0);
+    let read = match target {
+        Target::Oip(path)
+            if prepared.is_none()
+                && state.coalesce
+                && parts.method == Method::POST
+                && super::cost::light_by_length(cfg, &body) =>
+        {
+            Some(super::single::oip_request(path, &parts.headers, &body))
+        }
+        _ => None,
+    };
     let cost = match target {
         Target::Predict => super::cost::estimate(cfg, parts.uri.query(), &body),
-        Target::Oip(_) => super::cost::estimate_oip(cfg, &body),
+        Target::Oip(_) => {
+            let texts = match (&prepared, &read) {
+                (Some(_), _) => Some(1),
+                (None, Some(Some((_, _, call)))) => Some(call.texts.len() as u64),
+                _ => None,
+            };
+            super::cost::estimate_oip(cfg, &body, texts)
+        }
     };
-    // A light request of one query may go to the worker merged with others (`routing::coalesce`).
-    let prepared = parts.extensions.remove::<super::single::Prepared>().map(|p| p.0);
     let single = match target {
         Target::Oip(_) if prepared.is_some() => prepared.filter(|_| !cost.heavy && state.coalesce),
         Target::Predict if !cost.heavy && state.coalesce => {
             super::single::single(&parts.method, parts.uri.query(), &body, cfg.max_query_tokens)
         }
+        Target::Oip(_) if read.is_some() => read.flatten().and_then(|(model, version, call)| {
+            super::single::oip_call(model, version, call, cfg.max_query_tokens, None)
+        }),
         Target::Oip(path) if !cost.heavy && state.coalesce && parts.method == Method::POST => {
             super::single::oip(path, &parts.headers, &body, cfg.max_query_tokens)
         }

@@ -47,11 +47,23 @@ pub(super) fn single(method: &Method, query: Option<&str>, body: &[u8], max_quer
 /// The request's one text if it is an Open Inference Protocol inference that may be merged
 /// (see the module documentation); `path` is the worker's route, `/v2/models/...`.
 pub(super) fn oip(path: &str, headers: &http::HeaderMap, body: &[u8], max_query_tokens: u64) -> Option<Single> {
+    let (model, version, call) = oip_request(path, headers, body)?;
+    oip_call(model, version, call, max_query_tokens, None)
+}
+
+/// The model, version and call of an inference (`path` `/v2/models/...`) whose JSON body the
+/// `oip` crate reads as the worker does, without Triton's binary tensor header; read once, by
+/// the predict entry, for its cost (its texts) and [`oip_call`] (a merge).
+pub(super) fn oip_request(
+    path: &str,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Option<(String, Option<String>, oip::InferCall)> {
     let (model, version) = infer_route(path)?;
     if headers.contains_key("inference-header-content-length") {
         return None;
     }
-    oip_call(model, version, oip::InferCall::from_json(body).ok()?, max_query_tokens, None)
+    Some((model, version, oip::InferCall::from_json(body).ok()?))
 }
 
 /// A checked inference `call` of model `model` (and `version`) if it may be merged: one text,
