@@ -15,7 +15,8 @@
 # protocols back to back (interleaved: a neighbour's disturbance hits all three alike). The CPU
 # each process spent per request is printed beside it (the gateway's core and the shared core
 # are each near saturation or not: that says which side bounds a protocol's throughput).
-# Goals: OIP REST within 10 % of /predict's throughput, gRPC at least /predict's.
+# Goals: OIP REST within 10 % of /predict's throughput, gRPC at least /predict's; each row says
+# how far it is from the same round's /predict (`vs /predict`).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -51,14 +52,24 @@ run() {  # PROTOCOL ROUND
   times >"$out/times1"
   g1=$(ticks "$gateway_pid"); w1=$(ticks "$worker_pid")
   python3 - "$out/$proto-$2.json" "$proto" "$2" "$((g1 - g0))" "$((w1 - w0))" "$(getconf CLK_TCK)" \
-    "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" <<'PY'
+    "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" "$out" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["total"]
 n, hz = max(s["requests"], 1), int(sys.argv[6])
 gw, wk = (int(t) / hz / n * 1e6 for t in sys.argv[4:6])
 lt = (float(sys.argv[8]) - float(sys.argv[7])) / n * 1e6
 bad = s["requests"] - s["ok"]
-print(f"| {sys.argv[3]} | {sys.argv[2]} | {s['throughput_per_s']:.0f} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} | {lt:.0f} |")
+# Against the same round's /predict (run first in each round): the goals' measure.
+rate, base = s["throughput_per_s"], sys.argv[9] + "/predict-" + sys.argv[3] + ".rate"
+if sys.argv[2] == "predict":
+    open(base, "w").write(str(rate))
+    vs = "-"
+else:
+    try:
+        vs = f"{(rate / float(open(base).read()) - 1) * 100:+.1f} %"
+    except (OSError, ValueError, ZeroDivisionError):
+        vs = "?"
+print(f"| {sys.argv[3]} | {sys.argv[2]} | {rate:.0f} | {vs} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} | {lt:.0f} |")
 PY
 }
 
@@ -66,8 +77,8 @@ echo "gateway on core $PROXY_CORE; fake worker and loadtest on core $LOAD_CORE; 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 # One unmeasured run of each first: connections, pools and caches warm.
 for proto in predict oip grpc; do DURATION=2s run "$proto" 0 >/dev/null; done
-echo "| round | protocol | req/s | p50 ms | p99 ms | failed | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| round | protocol | req/s | vs /predict | p50 ms | p99 ms | failed | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for round in $(seq 1 "$REPEAT"); do
   for proto in predict oip grpc; do
     run "$proto" "$round"
