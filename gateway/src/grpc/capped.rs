@@ -48,8 +48,8 @@ impl Stream for Incoming {
                     Ok(permit) => {
                         // Small answers on a connection that carries many calls: without it,
                         // Nagle holds an answer back until the client's delayed ACK (tens of
-                        // milliseconds). tonic's `tcp_nodelay` applies only to a listener it
-                        // binds itself, not to an incoming stream like this one.
+                        // milliseconds). Neither hyper's HTTP/2 server nor tokio sets it on an
+                        // accepted connection.
                         let _ = tcp.set_nodelay(true);
                         return Poll::Ready(Some(Ok(Conn { tcp, _permit: permit })));
                     }
