@@ -9,7 +9,7 @@
 #   bash benches/gpu/protocols.sh [APP_DIR [MODEL_DIR]]   (repository root, on the GPU host,
 #                                                          after uncarry.sh and env.sh)
 #
-# Settings: ROUNDS (3), CLIENTS (512), DURATION_S (6, after WARMUP_S 2), LOADTEST_THREADS (4),
+# Settings: MODEL_NAME (snips-minilm-l6), ROUNDS (3), CLIENTS (512), DURATION_S (6, after WARMUP_S 2), LOADTEST_THREADS (4),
 # H2_CONNECTIONS (2 a load generator thread), WORKER_FLAGS ("--runtime-threads 4"),
 # GATEWAY_FLAGS ("--runtime-threads 6"). Output: a table on stdout.
 set -euo pipefail
@@ -36,7 +36,10 @@ trap cleanup EXIT INT TERM
 tck=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-start_listening "$work/w" "$app/worker" --listen 127.0.0.1:0 --model "$model" --device cuda:0 "${worker_flags[@]}"
+# The model's name is its directory's unless given: the GPU build's directory is not the model's.
+name=${MODEL_NAME:-snips-minilm-l6}
+start_listening "$work/w" "$app/worker" --listen 127.0.0.1:0 --model "$model" --model-name "$name" --device cuda:0 \
+  "${worker_flags[@]}"
 wpid=$started_pid
 start_listening "$work/gw" "$app/gateway" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --grpc-listen 127.0.0.1:0 "${gateway_flags[@]}" --worker "$started_url"
@@ -47,15 +50,15 @@ sleep 2
 echo "# protocols: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), $(nproc) cores," \
   "$(cat "$app/commit.txt" 2>/dev/null); $clients clients, $lt_threads load generator threads," \
   "gRPC on $((lt_threads * h2_conns)) connections"
-echo "| round | protocol | req/s | vs /predict | p99 ms | gateway CPU µs/req | worker CPU µs/req |"
-echo "|---|---|---|---|---|---|---|"
+echo "| round | protocol | req/s | vs /predict | p99 ms | failed | gateway CPU µs/req | worker CPU µs/req |"
+echo "|---|---|---|---|---|---|---|---|"
 for round in $(seq 1 "$rounds"); do
   for proto in predict oip grpc; do
     url=$gurl
     case $proto in
       predict) args=(--method post) ;;
-      oip) args=(--protocol oip) ;;
-      grpc) args=(--protocol grpc --h2-connections "$h2_conns"); url=$grpc ;;
+      oip) args=(--protocol oip --model-name "$name") ;;
+      grpc) args=(--protocol grpc --model-name "$name" --h2-connections "$h2_conns"); url=$grpc ;;
     esac
     g0=$(cpu_ticks "$gpid"); w0=$(cpu_ticks "$wpid")
     "$app/loadtest" --url "$url" "${args[@]}" -c "$clients" -d "${duration_s}s" --warmup "${warmup_s}s" \
@@ -75,7 +78,8 @@ if proto == "predict":
     vs = "-"
 else:
     vs = f"{(rps / float(open(f'{work}/predict.rate').read()) - 1) * 100:+.1f} %"
-print(f"| {rnd} | {proto} | {rps:.0f} | {vs} | {r['p99_ms']:.2f} | {gt / tck / n * 1e6:.1f} | {wt / tck / n * 1e6:.1f} |")
+bad = r["requests"] - r["ok"]
+print(f"| {rnd} | {proto} | {rps:.0f} | {vs} | {r['p99_ms']:.2f} | {bad} | {gt / tck / n * 1e6:.1f} | {wt / tck / n * 1e6:.1f} |")
 EOF
   done
 done
