@@ -33,7 +33,6 @@ build_fake_workers "$out" "$base_ref"
 . scripts/lib/start.sh
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
 echo -e "round\trate\tbuild\tok\treq_per_s\tp99_ms\tcpu_s\tcpu_us_per_req" >"$out/results.tsv"

@@ -38,8 +38,6 @@ wrk.headers["content-type"] = "application/json"
 wrk.body = string.rep("x", 200)
 EOF
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
 # Prints "requests/s cpu_us_per_request" for one wrk run against the server $started_pid.
 run() { # URL [wrk args...]
   local url=$1; shift

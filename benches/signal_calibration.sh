@@ -59,15 +59,8 @@ case $mode in
 esac
 read -r -a devices <<<"${DEVICES:-}"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
 . scripts/lib/start.sh
+scratch
 
 # Starts worker $1 (0-based); sets $started_url.
 start_worker() {

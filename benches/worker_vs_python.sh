@@ -130,7 +130,6 @@ taskset -c "$LOAD_CPU" "$py" benches/lib/check.py "$out_root/queries/utterances.
 
 # ---------------------------------------------------------------- load
 hz=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 core_busy() { awk -v c="cpu$SERVER_CPU" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 metric() { curl -s "$worker_url/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 

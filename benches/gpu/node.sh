@@ -25,17 +25,9 @@ warmup=${warmup_s}s
 read -r -a worker_flags <<<"${WORKER_FLAGS:---runtime-threads 8}"
 read -r -a gateway_flags <<<"${GATEWAY_FLAGS:---runtime-threads 16}"
 lt_threads=${LOADTEST_THREADS:-8}
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
 . scripts/lib/start.sh
+scratch
 tck=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 gpus=$(nvidia-smi -L | wc -l)
 echo "# node: $gpus GPUs ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)), $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || cat "$app/commit.txt")"

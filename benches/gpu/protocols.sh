@@ -24,17 +24,9 @@ lt_threads=${LOADTEST_THREADS:-4}
 h2_conns=${H2_CONNECTIONS:-2}
 read -r -a worker_flags <<<"${WORKER_FLAGS:---runtime-threads 4}"
 read -r -a gateway_flags <<<"${GATEWAY_FLAGS:---runtime-threads 6}"
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
 . scripts/lib/start.sh
+scratch
 tck=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # The model's name is its directory's unless given: the GPU build's directory is not the model's.
 name=${MODEL_NAME:-snips-minilm-l6}

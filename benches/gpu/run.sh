@@ -131,7 +131,6 @@ if [ -f "$app/commit.txt" ]; then cp "$app/commit.txt" "$out/commit.txt"  # benc
 else git rev-parse --short HEAD 2>/dev/null >"$out/commit.txt" || echo unknown >"$out/commit.txt"; fi
 "$app/worker" --version >>"$out/commit.txt" 2>/dev/null || true
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; } # the whole machine
 steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; } # time the hypervisor ran something else
 hz=$(getconf CLK_TCK)

@@ -23,3 +23,20 @@ start_listening() {
   done
   echo "not listening within 60 s: $*" >&2; cat "$prefix.stderr" >&2; exit 1
 }
+
+# A scratch folder ($work) and the list of processes started ($pids, which start_listening
+# appends to): at exit, or on INT or TERM, the processes are sent TERM and waited for, and the
+# folder removed.
+scratch() {
+  work=$(mktemp -d)
+  pids=()
+  trap scratch_cleanup EXIT INT TERM
+}
+scratch_cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+
+# CPU ticks (user + system) process $1 has used.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
