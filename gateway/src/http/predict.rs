@@ -178,41 +178,31 @@ where
     // A light request of one query may go to the worker merged with others (`routing::coalesce`).
     // The gRPC service hands over its call's one text checked already ([`Prepared`]). A protocol
     // inference too short to be heavy is read here once, for both its cost (its texts) and a
-    // merge; `None` when not read.
+    // merge; a longer one is read for a merge only once its cost says it is light.
     let prepared = parts.extensions.remove::<super::single::Prepared>().map(|p| p.0);
-    let read = match target {
-        Target::Oip(path)
-            if prepared.is_none()
-                && state.coalesce
-                && parts.method == Method::POST
-                && super::cost::light_by_length(cfg, &body) =>
-        {
-            Some(super::single::oip_request(path, &parts.headers, &body))
+    let may_merge_oip = state.coalesce && parts.method == Method::POST;
+    let light = super::cost::light_by_length(cfg, &body);
+    let call = match target {
+        Target::Oip(path) if prepared.is_none() && may_merge_oip && light => {
+            super::single::oip_request(path, &parts.headers, &body)
         }
         _ => None,
     };
     let cost = match target {
         Target::Predict => super::cost::estimate(cfg, parts.uri.query(), &body),
         Target::Oip(_) => {
-            let texts = match (&prepared, &read) {
-                (Some(_), _) => Some(1),
-                (None, Some(Some((_, _, call)))) => Some(call.texts.len() as u64),
-                _ => None,
-            };
+            let texts = prepared.as_ref().map(|_| 1).or_else(|| call.as_ref().map(|(.., c)| c.texts.len() as u64));
             super::cost::estimate_oip(cfg, &body, texts)
         }
     };
     let single = match target {
-        Target::Oip(_) if prepared.is_some() => prepared.filter(|_| !cost.heavy && state.coalesce),
-        Target::Predict if !cost.heavy && state.coalesce => {
-            super::single::single(&parts.method, parts.uri.query(), &body, cfg.max_query_tokens)
+        _ if cost.heavy || !state.coalesce => None,
+        Target::Predict => super::single::single(&parts.method, parts.uri.query(), &body, cfg.max_query_tokens),
+        Target::Oip(_) if prepared.is_some() => prepared,
+        Target::Oip(_) if light => {
+            call.and_then(|(model, version, c)| super::single::oip_call(model, version, c, cfg.max_query_tokens, None))
         }
-        Target::Oip(_) if read.is_some() => read.flatten().and_then(|(model, version, call)| {
-            super::single::oip_call(model, version, call, cfg.max_query_tokens, None)
-        }),
-        Target::Oip(path) if !cost.heavy && state.coalesce && parts.method == Method::POST => {
-            super::single::oip(path, &parts.headers, &body, cfg.max_query_tokens)
-        }
+        Target::Oip(path) if may_merge_oip => super::single::oip(path, &parts.headers, &body, cfg.max_query_tokens),
         _ => None,
     };
     Ok(Incoming {
