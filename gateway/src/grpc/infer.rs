@@ -77,6 +77,35 @@ impl Service {
             None => Ok(answer.await),
         }
     }
+
+    /// `ModelInfer`: the answer and the request id to give back. Called by the trait's method
+    /// and, without its boxed future and `tonic::Request` wrapping, by the listener's direct
+    /// path (`server.rs`).
+    pub(crate) async fn infer(
+        &self,
+        md: &MetadataMap,
+        r: ModelInferRequest,
+    ) -> Result<(Option<MetadataValue<Ascii>>, ModelInferResponse), Status> {
+        let path = model_path(&r.model_name, &r.model_version, "/infer");
+        let (r_model, r_version) = (r.model_name.clone(), r.model_version.clone());
+        let call = InferCall::from_pb(r)?;
+        let body = call.rest_json();
+        // A call of one text may be merged (`routing::coalesce`): checked here, from the call
+        // read already, not again from the REST body. Merged, its prediction comes back beside
+        // the answer and is answered in protobuf directly.
+        let version = Some(r_version).filter(|v| !v.is_empty());
+        let meta =
+            InferCall { id: call.id.clone(), texts: Vec::new(), column: call.column, outputs: call.outputs.clone() };
+        let reply = Arc::new(OnceLock::new());
+        let max_tokens = self.0.pools.ctx().config.max_query_tokens;
+        let single = oip_call(r_model.clone(), version, call, max_tokens, Some(Arc::clone(&reply))).map(Prepared);
+        let answer = success(self.call_with(md, Method::POST, path, body.into(), single).await?).await?;
+        let out = match reply.get() {
+            Some(p) => oip::answer::pb(&r_model, &meta, std::slice::from_ref(p))?,
+            None => oip::answer::pb_from_rest(json(&answer.body)?)?,
+        };
+        Ok((answer.id, out))
+    }
 }
 
 /// `/v2/models/{name}[/versions/{version}]{tail}`.
@@ -124,7 +153,7 @@ impl Answer {
     }
 }
 
-const X_REQUEST_ID: &str = "x-request-id";
+pub(crate) const X_REQUEST_ID: &str = "x-request-id";
 
 /// The answer once it is a success, else its error as a status (the error body's kind and
 /// message, `Retry-After` as retry info); both with the request id.
@@ -205,24 +234,12 @@ impl GrpcInferenceService for Service {
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let (md, _, r) = req.into_parts();
-        let path = model_path(&r.model_name, &r.model_version, "/infer");
-        let (r_model, r_version) = (r.model_name.clone(), r.model_version.clone());
-        let call = InferCall::from_pb(r)?;
-        let body = call.rest_json();
-        // A call of one text may be merged (`routing::coalesce`): checked here, from the call
-        // read already, not again from the REST body. Merged, its prediction comes back beside
-        // the answer and is answered in protobuf directly.
-        let version = Some(r_version).filter(|v| !v.is_empty());
-        let meta =
-            InferCall { id: call.id.clone(), texts: Vec::new(), column: call.column, outputs: call.outputs.clone() };
-        let reply = Arc::new(OnceLock::new());
-        let max_tokens = self.0.pools.ctx().config.max_query_tokens;
-        let single = oip_call(r_model.clone(), version, call, max_tokens, Some(Arc::clone(&reply))).map(Prepared);
-        let answer = success(self.call_with(&md, Method::POST, path, body.into(), single).await?).await?;
-        if let Some(p) = reply.get() {
-            return Ok(answer.respond(oip::answer::pb(&r_model, &meta, std::slice::from_ref(p))?));
+        let (id, answer) = self.infer(&md, r).await?;
+        let mut out = Response::new(answer);
+        if let Some(id) = id {
+            out.metadata_mut().insert(X_REQUEST_ID, id);
         }
-        Ok(answer.respond(oip::answer::pb_from_rest(json(&answer.body)?)?))
+        Ok(out)
     }
 }
 

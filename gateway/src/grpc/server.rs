@@ -19,7 +19,6 @@ use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use oip::pb::ModelInferRequest;
-use oip::pb::grpc_inference_service_server::GrpcInferenceService;
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
@@ -30,7 +29,7 @@ use tonic::service::Routes;
 use tower::Service as _;
 
 use super::capped::Conn;
-use super::infer;
+use super::infer::{self, X_REQUEST_ID};
 
 /// The path of `ModelInfer`.
 const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
@@ -46,7 +45,10 @@ pub(super) struct Calls {
 /// The HTTP/2 settings of every connection.
 pub(super) fn builder(max_streams: u32) -> hyper::server::conn::http2::Builder<TokioExecutor> {
     let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    // No `date` header: gRPC clients don't read it, and a value that changes every second is
+    // one more header to encode on every answer.
     b.timer(TokioTimer::new())
+        .auto_date_header(false)
         .max_concurrent_streams(max_streams)
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10));
@@ -131,18 +133,25 @@ impl Calls {
         }
         let msg = read_message(body, self.max_message).await?;
         let msg = ModelInferRequest::decode(msg).map_err(|e| Status::internal(format!("failed to decode: {e}")))?;
-        let req = tonic::Request::from_parts(MetadataMap::from_headers(parts.headers), parts.extensions, msg);
-        let (md, answer, _) = self.infer.model_infer(req).await?.into_parts();
-        let mut frame = BytesMut::with_capacity(5 + answer.encoded_len());
+        let (id, answer) = self.infer.infer(&MetadataMap::from_headers(parts.headers), msg).await?;
+        let len = answer.encoded_len();
+        let mut frame = BytesMut::with_capacity(5 + len);
         frame.put_u8(0);
-        frame.put_u32(u32::try_from(answer.encoded_len()).unwrap_or(u32::MAX));
-        answer.encode(&mut frame).map_err(|e| Status::internal(format!("failed to encode: {e}")))?;
+        frame.put_u32(u32::try_from(len).map_err(|_| Status::internal("the answer is larger than 4 GiB"))?);
+        answer.encode_raw(&mut frame);
         let mut trailers = http::HeaderMap::with_capacity(1);
         trailers.insert("grpc-status", HeaderValue::from_static("0"));
         let frames = [Ok::<_, Infallible>(Frame::data(frame.freeze())), Ok(Frame::trailers(trailers))];
         let mut resp = Response::new(Body::new(StreamBody::new(futures::stream::iter(frames))));
-        *resp.headers_mut() = md.into_headers();
-        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        let headers = resp.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        if let Some(id) = id.and_then(|v| HeaderValue::from_bytes(v.as_encoded_bytes()).ok()) {
+            // The request id is new on every answer: HPACK-indexed it would only push the
+            // connection's other headers out of its table, and cost the insertion every call.
+            let mut id = id;
+            id.set_sensitive(true);
+            headers.insert(X_REQUEST_ID, id);
+        }
         Ok(resp)
     }
 }
