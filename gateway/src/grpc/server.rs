@@ -93,9 +93,12 @@ async fn serve<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // The call's future (some kilobytes: the predict entry's is inside) boxed once here. Unboxed,
+    // it is the stream's task itself, and tokio copies a task's future in full as it spawns it,
+    // and its stage again as the task finishes: five copies a call.
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let calls = Arc::clone(&calls);
-        async move { Ok::<_, Infallible>(calls.call(req).await) }
+        Box::pin(async move { Ok::<_, Infallible>(calls.call(req).await) })
     });
     let mut conn = pin!(builder.serve_connection(TokioIo::new(io), svc));
     let ended = tokio::select! {
