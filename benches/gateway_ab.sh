@@ -58,11 +58,11 @@ echo "| round | build | req/s | p99 ms | gateway CPU us/req | worker CPU us/req 
 echo "|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
   for v in a b; do
-    g0=$(ticks "${pid[$v]}"); w0=$(ticks "$worker_pid")
+    g0=$(cpu_ticks "${pid[$v]}"); w0=$(cpu_ticks "$worker_pid")
     times >"$out/times0"
     load "$v" "$DURATION" "$out/summary.json"
     times >"$out/times1"
-    g1=$(ticks "${pid[$v]}"); w1=$(ticks "$worker_pid")
+    g1=$(cpu_ticks "${pid[$v]}"); w1=$(cpu_ticks "$worker_pid")
     python3 - "$out/summary.json" "$r" "${v^^}" "$((g1 - g0))" "$(getconf CLK_TCK)" "$((w1 - w0))" \
       "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" <<'PY'
 import json, sys

@@ -48,12 +48,18 @@ total_ir() { awk '/^(totals|summary):/ { print $2; exit }' "$1"; }
 # The gateway's `gateway_coalesced_requests_total` at admin URL $1 (0 when none).
 merged() { curl -sf "$1/metrics" | awk '/^gateway_coalesced_requests_total/ { s += $2 } END { print s + 0 }'; }
 
+# Sends $1 requests to $url with the load generator's $args.
+load() {
+  taskset -c 0 "$bin/loadtest" --url "$url" "${args[@]}" -c "$CONC" -n "$1" --warmup 0s \
+    --threads 1 --progress never --request-timeout 60s --summary "$out/s.json" >/dev/null
+}
+
 echo "$REQUESTS requests a row after $WARMUP uncounted, -c $CONC, the gateway under callgrind"
 echo "| build | protocol | instructions / request | merged |"
 echo "|---|---|---|---|"
 for build in "${builds[@]}"; do
   for proto in $PROTOCOLS; do
-    dump=$out/callgrind.$proto.$$
+    dump=$out/callgrind.$proto
     GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway" taskset -c 1 \
       valgrind --tool=callgrind --callgrind-out-file="$dump" "$build" \
       --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --worker "$worker" --log warn
@@ -62,10 +68,6 @@ for build in "${builds[@]}"; do
     url=$started_url
     [ "$proto" = grpc ] && url=$(sed -n 's/^grpc listening on //p' "$out/gateway.stdout" | head -n 1)
     protocol_args "$proto" "$GRPC_CONNS"
-    load() {
-      taskset -c 0 "$bin/loadtest" --url "$url" "${args[@]}" -c "$CONC" -n "$1" --warmup 0s \
-        --threads 1 --progress never --request-timeout 60s --summary "$out/s.json" >/dev/null
-    }
     load "$WARMUP"
     m0=$(merged "$admin")
     callgrind_control -z "$gw_pid" >/dev/null 2>&1
@@ -78,7 +80,7 @@ for build in "${builds[@]}"; do
     [ -f "$dump.1" ] || { echo "callgrind wrote no dump $dump.1" >&2; exit 1; }
     ir=$(total_ir "$dump.1")
     kill "$gw_pid"; wait "$gw_pid" 2>/dev/null || true
-    [ -n "${KEEP_DUMPS:-}" ] && cp "$dump.1" "$KEEP_DUMPS/$(basename "$build").$proto.callgrind"
+    if [ -n "${KEEP_DUMPS:-}" ]; then cp "$dump.1" "$KEEP_DUMPS/$(basename "$build").$proto.callgrind"; fi
     rm -f "$dump" "$dump".*
     python3 -c "print(f'| $(basename "$build") | $proto | {$ir / $REQUESTS:,.0f} | {($m1 - $m0) / $REQUESTS * 100:.0f} % |')"
   done

@@ -42,7 +42,7 @@ run() {  # PROTOCOL ROUND
   protocol_args "$proto" "$GRPC_CONNS"
   [ "$proto" = grpc ] && url=$grpc
   local g0 w0 g1 w1
-  g0=$(ticks "$gateway_pid"); w0=$(ticks "$worker_pid")
+  g0=$(cpu_ticks "$gateway_pid"); w0=$(cpu_ticks "$worker_pid")
   # The load generator's CPU: the shell's reaped children's times before and after it (`times`
   # run in this shell, not a subshell, whose children would be its own).
   times >"$out/times0"
@@ -50,7 +50,7 @@ run() {  # PROTOCOL ROUND
   taskset -c "$LOAD_CORE" "$bin/loadtest" --url "$url" "${args[@]}" -c "$CONC" -d "$DURATION" --warmup 0s \
     --threads 1 --progress never --summary "$out/$proto-$2.json" >/dev/null
   times >"$out/times1"
-  g1=$(ticks "$gateway_pid"); w1=$(ticks "$worker_pid")
+  g1=$(cpu_ticks "$gateway_pid"); w1=$(cpu_ticks "$worker_pid")
   python3 - "$out/$proto-$2.json" "$proto" "$2" "$((g1 - g0))" "$((w1 - w0))" "$(getconf CLK_TCK)" \
     "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" "$out" <<'PY'
 import json, sys

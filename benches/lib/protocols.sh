@@ -1,21 +1,20 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034,SC2154  # variables set for, and by, the caller
-# Sourced by benches/oip_protocols.sh and benches/gateway_ab.sh: their set-up, the fake worker
-# behind the gateway, the load generator's arguments for a protocol, and the CPU a process or
-# this shell's children spent. Expects $CARGO_TARGET_DIR, and the repository root as the
+# Sourced by benches/oip_protocols.sh, gateway_ab.sh and gateway_instructions.sh: their set-up,
+# the fake worker behind the gateway, the load generator's arguments for a protocol, and the CPU
+# this shell's children spent (a process's: start.sh's `cpu_ticks`). Expects $CARGO_TARGET_DIR, and the repository root as the
 # current directory.
 
 # Builds the gateway, the load generator and the fake worker (release); sets $bin (the build),
-# $out (a scratch folder) and $pids (the processes started), both cleaned up at exit; sources
-# scripts/lib/start.sh.
+# $out (a scratch folder) and $pids (the processes started), both cleaned up at exit
+# (scripts/lib/start.sh's `scratch`, which this sources).
 bench_setup() {
   cargo build -q --release -p gateway -p loadtest -p worker --bin gateway --bin loadtest --example fake_worker
   bin=$CARGO_TARGET_DIR/release
-  out=$(mktemp -d)
-  pids=()
-  trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
   # shellcheck source=scripts/lib/start.sh
   . scripts/lib/start.sh
+  scratch
+  out=$work
 }
 
 # Starts the fake worker (the worker's whole host side, no inference) on core $1; sets $worker
@@ -37,9 +36,6 @@ protocol_args() {
     *) echo "a protocol is predict, oip or grpc, not $1" >&2; exit 2 ;;
   esac
 }
-
-# CPU ticks (user + system) a process has used.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # CPU seconds (user + system) of this shell's reaped children, from what `times` wrote to file
 # $1. Run `times` in the measuring shell itself, not a subshell, whose children would be its own.

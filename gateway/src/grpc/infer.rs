@@ -145,12 +145,17 @@ struct Answer {
 impl Answer {
     /// `msg` as the call's response, with the request id.
     fn respond<T>(&self, msg: T) -> Response<T> {
-        let mut out = Response::new(msg);
-        if let Some(id) = &self.id {
-            out.metadata_mut().insert(X_REQUEST_ID, id.clone());
-        }
-        out
+        with_id(msg, self.id.clone())
     }
+}
+
+/// `msg` as a call's response, with request id `id` as its metadata.
+fn with_id<T>(msg: T, id: Option<MetadataValue<Ascii>>) -> Response<T> {
+    let mut out = Response::new(msg);
+    if let Some(id) = id {
+        out.metadata_mut().insert(X_REQUEST_ID, id);
+    }
+    out
 }
 
 pub(crate) const X_REQUEST_ID: &str = "x-request-id";
@@ -235,11 +240,7 @@ impl GrpcInferenceService for Service {
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let (md, _, r) = req.into_parts();
         let (id, answer) = self.infer(&md, r).await?;
-        let mut out = Response::new(answer);
-        if let Some(id) = id {
-            out.metadata_mut().insert(X_REQUEST_ID, id);
-        }
-        Ok(out)
+        Ok(with_id(answer, id))
     }
 }
 

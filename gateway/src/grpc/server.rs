@@ -145,16 +145,16 @@ impl Calls {
         let mut trailers = http::HeaderMap::with_capacity(1);
         trailers.insert("grpc-status", HeaderValue::from_static("0"));
         let frames = [Ok::<_, Infallible>(Frame::data(frame.freeze())), Ok(Frame::trailers(trailers))];
-        let mut resp = Response::new(Body::new(StreamBody::new(futures::stream::iter(frames))));
-        let headers = resp.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        if let Some(id) = id.and_then(|v| HeaderValue::from_bytes(v.as_encoded_bytes()).ok()) {
+        let mut md = MetadataMap::new();
+        if let Some(mut id) = id {
             // The request id is new on every answer: HPACK-indexed it would only push the
             // connection's other headers out of its table, and cost the insertion every call.
-            let mut id = id;
             id.set_sensitive(true);
-            headers.insert(X_REQUEST_ID, id);
+            md.insert(X_REQUEST_ID, id);
         }
+        let mut resp = Response::new(Body::new(StreamBody::new(futures::stream::iter(frames))));
+        *resp.headers_mut() = md.into_headers();
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         Ok(resp)
     }
 }
