@@ -45,9 +45,6 @@ start_fake_worker 0
 # Total instructions in callgrind's dump $1 (its `totals:` line; `summary:` in older dumps).
 total_ir() { awk '/^(totals|summary):/ { print $2; exit }' "$1"; }
 
-# The gateway's `gateway_coalesced_requests_total` at admin URL $1 (0 when none).
-merged() { curl -sf "$1/metrics" | awk '/^gateway_coalesced_requests_total/ { s += $2 } END { print s + 0 }'; }
-
 # Sends $1 requests to $url with the load generator's $args.
 load() {
   taskset -c 0 "$bin/loadtest" --url "$url" "${args[@]}" -c "$CONC" -n "$1" --warmup 0s \

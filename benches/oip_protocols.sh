@@ -14,7 +14,9 @@
 # the load generator (one thread) share LOAD_CORE (default 0). Each round runs the three
 # protocols back to back (interleaved: a neighbour's disturbance hits all three alike). The CPU
 # each process spent per request is printed beside it (the gateway's core and the shared core
-# are each near saturation or not: that says which side bounds a protocol's throughput).
+# are each near saturation or not: that says which side bounds a protocol's throughput), and the
+# share of the requests the gateway sent to the worker merged with others (`routing::coalesce`,
+# from its `gateway_coalesced_requests_total`).
 # Goals: OIP REST within 10 % of /predict's throughput, gRPC at least /predict's; each row says
 # how far it is from the same round's /predict (`vs /predict`).
 set -euo pipefail
@@ -36,13 +38,14 @@ GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway" taskset -c "$PRO
 gateway=$started_url
 gateway_pid=$started_pid
 grpc=$(sed -n 's/^grpc listening on //p' "$out/gateway.stdout" | head -n 1)
+admin=$(sed -n 's/^admin listening on //p' "$out/gateway.stdout" | head -n 1)
 
 run() {  # PROTOCOL ROUND
   local proto=$1 url=$gateway args
   protocol_args "$proto" "$GRPC_CONNS"
   [ "$proto" = grpc ] && url=$grpc
-  local g0 w0 g1 w1
-  g0=$(cpu_ticks "$gateway_pid"); w0=$(cpu_ticks "$worker_pid")
+  local g0 w0 g1 w1 m0 m1
+  g0=$(cpu_ticks "$gateway_pid"); w0=$(cpu_ticks "$worker_pid"); m0=$(merged "$admin")
   # The load generator's CPU: the shell's reaped children's times before and after it (`times`
   # run in this shell, not a subshell, whose children would be its own).
   times >"$out/times0"
@@ -50,9 +53,9 @@ run() {  # PROTOCOL ROUND
   taskset -c "$LOAD_CORE" "$bin/loadtest" --url "$url" "${args[@]}" -c "$CONC" -d "$DURATION" --warmup 0s \
     --threads 1 --progress never --summary "$out/$proto-$2.json" >/dev/null
   times >"$out/times1"
-  g1=$(cpu_ticks "$gateway_pid"); w1=$(cpu_ticks "$worker_pid")
+  g1=$(cpu_ticks "$gateway_pid"); w1=$(cpu_ticks "$worker_pid"); m1=$(merged "$admin")
   python3 - "$out/$proto-$2.json" "$proto" "$2" "$((g1 - g0))" "$((w1 - w0))" "$(getconf CLK_TCK)" \
-    "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" "$out" <<'PY'
+    "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" "$out" "$((m1 - m0))" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["total"]
 n, hz = max(s["requests"], 1), int(sys.argv[6])
@@ -69,7 +72,7 @@ else:
         vs = f"{(rate / float(open(base).read()) - 1) * 100:+.1f} %"
     except (OSError, ValueError, ZeroDivisionError):
         vs = "?"
-print(f"| {sys.argv[3]} | {sys.argv[2]} | {rate:.0f} | {vs} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} | {lt:.0f} |")
+print(f"| {sys.argv[3]} | {sys.argv[2]} | {rate:.0f} | {vs} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} | {lt:.0f} | {int(sys.argv[10]) / n * 100:.0f} % |")
 PY
 }
 
@@ -77,8 +80,8 @@ echo "gateway on core $PROXY_CORE; fake worker and loadtest on core $LOAD_CORE; 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 # One unmeasured run of each first: connections, pools and caches warm.
 for proto in predict oip grpc; do DURATION=2s run "$proto" 0 >/dev/null; done
-echo "| round | protocol | req/s | vs /predict | p50 ms | p99 ms | failed | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| round | protocol | req/s | vs /predict | p50 ms | p99 ms | failed | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req | merged |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for round in $(seq 1 "$REPEAT"); do
   for proto in predict oip grpc; do
     run "$proto" "$round"

@@ -41,3 +41,6 @@ protocol_args() {
 # $1. Run `times` in the measuring shell itself, not a subshell, whose children would be its own.
 children_cpu() { awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } print s }' "$1"; }
 
+# Requests the gateway at admin URL $1 has sent merged with others (its
+# `gateway_coalesced_requests_total`, 0 when none).
+merged() { curl -sf "$1/metrics" | awk '/^gateway_coalesced_requests_total/ { s += $2 } END { print s + 0 }'; }
