@@ -14,6 +14,7 @@
 mod capped;
 pub(crate) mod infer;
 pub(crate) mod keda;
+mod local;
 mod server;
 
 use std::future::Future;
@@ -88,8 +89,8 @@ pub(crate) async fn serve(
         infer: infer::Service(state.clone()),
         routes: Routes::new(infer).add_service(scaler),
         max_message: max,
+        max_streams: MAX_STREAMS,
     });
-    let h2 = server::builder(MAX_STREAMS);
     // Each connection holds a receiver: told to finish at shutdown, and waited for.
     let (stop, stopping) = watch::channel(());
     {
@@ -109,7 +110,7 @@ pub(crate) async fn serve(
             let stopped = async move {
                 let _ = stopping.changed().await;
             };
-            tokio::spawn(server::connection(conn, tls.clone(), Arc::clone(&calls), h2.clone(), stopped));
+            tokio::spawn(server::connection(conn, tls.clone(), Arc::clone(&calls), stopped));
         }
         // The listener closes here: no connection is taken once shutdown began.
     }

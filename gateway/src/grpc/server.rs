@@ -17,7 +17,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Request, Response, header};
 use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use oip::pb::ModelInferRequest;
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -30,6 +30,7 @@ use tower::Service as _;
 
 use super::capped::Conn;
 use super::infer::{self, X_REQUEST_ID};
+use super::local::Exec;
 
 /// The path of `ModelInfer`.
 const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
@@ -40,11 +41,13 @@ pub(super) struct Calls {
     pub(super) routes: Routes,
     /// Largest message taken, in bytes (`--max-body-bytes`).
     pub(super) max_message: usize,
+    /// Most streams open at once on a connection.
+    pub(super) max_streams: u32,
 }
 
-/// The HTTP/2 settings of every connection.
-pub(super) fn builder(max_streams: u32) -> hyper::server::conn::http2::Builder<TokioExecutor> {
-    let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+/// A connection's HTTP/2 settings, its calls run by `exec` (the connection's own task).
+fn builder(max_streams: u32, exec: Exec) -> hyper::server::conn::http2::Builder<Exec> {
+    let mut b = hyper::server::conn::http2::Builder::new(exec);
     // No `date` header: gRPC clients don't read it, and a value that changes every second is
     // one more header to encode on every answer.
     b.timer(TokioTimer::new())
@@ -64,12 +67,11 @@ pub(super) async fn connection(
     conn: Conn,
     tls: Option<TlsAcceptor>,
     calls: Arc<Calls>,
-    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
     stop: impl Future<Output = ()>,
 ) {
     let mut stop = pin!(stop);
     match tls {
-        None => serve(conn, calls, builder, stop).await,
+        None => serve(conn, calls, stop).await,
         Some(tls) => {
             let handshake = tokio::time::timeout(HANDSHAKE, tls.accept(conn));
             let conn = tokio::select! {
@@ -80,34 +82,37 @@ pub(super) async fn connection(
                 },
                 () = &mut stop => return,
             };
-            serve(conn, calls, builder, stop).await;
+            serve(conn, calls, stop).await;
         }
     }
 }
 
-async fn serve<IO>(
-    io: IO,
-    calls: Arc<Calls>,
-    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
-    mut stop: Pin<&mut impl Future<Output = ()>>,
-) where
+async fn serve<IO>(io: IO, calls: Arc<Calls>, mut stop: Pin<&mut impl Future<Output = ()>>)
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     // The call's future (some kilobytes: the predict entry's is inside) boxed once here. Unboxed,
     // it is the stream's task itself, and tokio copies a task's future in full as it spawns it,
     // and its stage again as the task finishes: five copies a call.
+    let max_streams = calls.max_streams;
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let calls = Arc::clone(&calls);
         Box::pin(async move { Ok::<_, Infallible>(calls.call(req).await) })
     });
-    let mut conn = pin!(builder.serve_connection(TokioIo::new(io), svc));
-    let ended = tokio::select! {
-        r = conn.as_mut() => r,
-        () = stop.as_mut() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
+    // The connection's calls run in this task (`local`), not in tasks of their own.
+    let exec = Exec::default();
+    let mut conn = pin!(builder(max_streams, exec.clone()).serve_connection(TokioIo::new(io), svc));
+    let ended = exec
+        .run(async {
+            tokio::select! {
+                r = conn.as_mut() => r,
+                () = stop.as_mut() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            }
+        })
+        .await;
     if let Err(e) = ended {
         tracing::debug!(error = %e, "grpc connection ended");
     }

@@ -1,0 +1,124 @@
+//! The streams of one HTTP/2 connection run inside the connection's own task. hyper's HTTP/2
+//! server hands each stream (a call: its service future and the sending of its answer) to an
+//! executor; with tokio's, every call is a task of its own, spawned, scheduled and freed, and on
+//! a multi-threaded runtime it may run on another thread than its connection. There every frame
+//! it sends and every one the connection takes for it crosses threads: h2 keeps a connection's
+//! streams under one lock, and each side wakes the other's task.
+//!
+//! [`Exec`] keeps a connection's calls in the connection's task instead: [`Exec::run`] polls the
+//! connection, then the calls it started that are ready to go on. A connection's calls share its
+//! thread (as its frames already did); the runtime spreads connections, not calls, over its
+//! threads. A call still running when its connection ends is dropped with it: its client is
+//! gone, as when a request's client goes away (its admission freed, a merge it waits for goes
+//! without it).
+
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::task::AtomicWaker;
+
+type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Calls started since the connection's task last took them, and that task's waker.
+#[derive(Default)]
+struct Started {
+    calls: Mutex<Vec<Call>>,
+    task: AtomicWaker,
+}
+
+/// hyper's executor for one connection's calls (make one per connection).
+#[derive(Clone, Default)]
+pub(super) struct Exec(Arc<Started>);
+
+impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Exec {
+    fn execute(&self, call: F) {
+        self.0.calls.lock().unwrap_or_else(PoisonError::into_inner).push(Box::pin(call));
+        self.0.task.wake();
+    }
+}
+
+impl Exec {
+    /// Drives `conn` (a connection served with this executor) and the calls it starts until
+    /// `conn` ends; the calls still running then are dropped.
+    pub(super) async fn run<C: Future>(&self, conn: C) -> C::Output {
+        let mut conn = pin!(conn);
+        let mut calls = FuturesUnordered::new();
+        poll_fn(|cx| {
+            if let Poll::Ready(out) = conn.as_mut().poll(cx) {
+                calls.clear();
+                self.0.calls.lock().unwrap_or_else(PoisonError::into_inner).clear();
+                return Poll::Ready(out);
+            }
+            self.0.task.register(cx.waker());
+            loop {
+                calls.extend(self.0.calls.lock().unwrap_or_else(PoisonError::into_inner).drain(..));
+                // Until none is ready (`FuturesUnordered` yields by itself after a round of all).
+                if !matches!(calls.poll_next_unpin(cx), Poll::Ready(Some(()))) {
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use hyper::rt::Executor;
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn calls_run_in_the_connections_task_until_it_ends() {
+        let exec = Exec::default();
+        let done = Arc::new(AtomicUsize::new(0));
+        let (end_tx, end_rx) = oneshot::channel::<()>();
+        let (go_tx, go_rx) = oneshot::channel::<()>();
+        let (first_tx, first_rx) = oneshot::channel::<()>();
+        let conn = {
+            let (exec, done) = (exec.clone(), Arc::clone(&done));
+            async move {
+                // A call started before the connection waits, one after: both run.
+                let d = Arc::clone(&done);
+                exec.execute(async move {
+                    go_rx.await.unwrap();
+                    d.fetch_add(1, Ordering::SeqCst);
+                    first_tx.send(()).unwrap();
+                });
+                tokio::task::yield_now().await;
+                let d = Arc::clone(&done);
+                exec.execute(async move {
+                    d.fetch_add(10, Ordering::SeqCst);
+                });
+                end_rx.await.unwrap();
+                "ended"
+            }
+        };
+        let mut run = pin!(exec.run(conn));
+        // Nothing can finish until the first call is let go.
+        assert!(futures::poll!(run.as_mut()).is_pending());
+        tokio::task::yield_now().await;
+        assert!(futures::poll!(run.as_mut()).is_pending());
+        assert_eq!(done.load(Ordering::SeqCst), 10, "the second call ran in the connection's task");
+        go_tx.send(()).unwrap();
+        assert!(futures::poll!(run.as_mut()).is_pending());
+        first_rx.await.unwrap();
+        assert_eq!(done.load(Ordering::SeqCst), 11);
+        // A call still running when the connection ends is dropped, not left behind.
+        let (held_tx, held_rx) = oneshot::channel::<()>();
+        exec.execute(async move {
+            let _held = held_tx;
+            std::future::pending::<()>().await;
+        });
+        assert!(futures::poll!(run.as_mut()).is_pending());
+        end_tx.send(()).unwrap();
+        assert_eq!(run.await, "ended");
+        assert!(held_rx.await.is_err(), "the call running at the end was dropped");
+    }
+}
