@@ -26,6 +26,8 @@ read -r -a worker_flags <<<"${WORKER_FLAGS:---runtime-threads 4}"
 read -r -a gateway_flags <<<"${GATEWAY_FLAGS:---runtime-threads 6}"
 . scripts/lib/start.sh
 scratch
+# CPU seconds (user + system) of this shell's reaped children, from what `times` wrote to file $1.
+children_cpu() { awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } print s }' "$1"; }
 tck=$(getconf CLK_TCK)
 
 # The model's name is its directory's unless given: the GPU build's directory is not the model's.
@@ -42,8 +44,8 @@ sleep 2
 echo "# protocols: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1), $(nproc) cores," \
   "$(cat "$app/commit.txt" 2>/dev/null); $clients clients, $lt_threads load generator threads," \
   "gRPC on $((lt_threads * h2_conns)) connections"
-echo "| round | protocol | req/s | vs /predict | p99 ms | failed | gateway CPU µs/req | worker CPU µs/req |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| round | protocol | req/s | vs /predict | p99 ms | failed | gateway CPU µs/req | worker CPU µs/req | loadtest CPU µs/req |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for round in $(seq 1 "$rounds"); do
   for proto in predict oip grpc; do
     url=$gurl
@@ -53,12 +55,17 @@ for round in $(seq 1 "$rounds"); do
       grpc) args=(--protocol grpc --model-name "$name" --h2-connections "$h2_conns"); url=$grpc ;;
     esac
     g0=$(cpu_ticks "$gpid"); w0=$(cpu_ticks "$wpid")
+    # The load generator's CPU: this shell's reaped children's times before and after it.
+    times >"$work/times0"
     "$app/loadtest" --url "$url" "${args[@]}" -c "$clients" -d "${duration_s}s" --warmup "${warmup_s}s" \
       --threads "$lt_threads" --json >"$work/lt.json" 2>/dev/null
+    times >"$work/times1"
     g1=$(cpu_ticks "$gpid"); w1=$(cpu_ticks "$wpid")
-    python3 - "$round" "$proto" "$tck" $((g1 - g0)) $((w1 - w0)) "$((duration_s + warmup_s))" "$work" <<'EOF'
+    python3 - "$round" "$proto" "$tck" $((g1 - g0)) $((w1 - w0)) "$((duration_s + warmup_s))" "$work" \
+      "$(children_cpu "$work/times0")" "$(children_cpu "$work/times1")" <<'EOF'
 import json, sys
 rnd, proto, work = sys.argv[1], sys.argv[2], sys.argv[7]
+lt = float(sys.argv[9]) - float(sys.argv[8])
 tck, gt, wt, wall = (float(a) for a in sys.argv[3:7])
 r = json.loads(open(f"{work}/lt.json").readline())
 rps = r["throughput_per_s"]
@@ -71,7 +78,7 @@ if proto == "predict":
 else:
     vs = f"{(rps / float(open(f'{work}/predict.rate').read()) - 1) * 100:+.1f} %"
 bad = r["requests"] - r["ok"]
-print(f"| {rnd} | {proto} | {rps:.0f} | {vs} | {r['p99_ms']:.2f} | {bad} | {gt / tck / n * 1e6:.1f} | {wt / tck / n * 1e6:.1f} |")
+print(f"| {rnd} | {proto} | {rps:.0f} | {vs} | {r['p99_ms']:.2f} | {bad} | {gt / tck / n * 1e6:.1f} | {wt / tck / n * 1e6:.1f} | {lt / n * 1e6:.1f} |")
 EOF
   done
 done

@@ -84,6 +84,13 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_GRPC_TLS_CLIENT_CA_FILE", requires = "grpc_tls_cert_file", help_heading = heading::LISTENING)]
     pub grpc_tls_client_ca_file: Option<PathBuf>,
 
+    /// Run each gRPC call as a task of its own, spread over the runtime's threads, instead of in
+    /// its connection's task (the default). The default spends less CPU a call and serves many
+    /// connections best; this serves one or two very busy connections faster, where a
+    /// connection's calls would otherwise share one thread.
+    #[arg(long, env = "GATEWAY_GRPC_CALL_TASKS", help_heading = heading::LISTENING)]
+    pub grpc_call_tasks: bool,
+
     /// Name of the pool `/predict` goes to.
     #[arg(long, env = "GATEWAY_DEFAULT_POOL", default_value = "default", help_heading = heading::WORKERS)]
     pub default_pool: String,

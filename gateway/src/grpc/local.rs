@@ -11,6 +11,11 @@
 //! threads. A call still running when its connection ends is dropped with it: its client is
 //! gone, as when a request's client goes away (its admission freed, a merge it waits for goes
 //! without it).
+//!
+//! The price: one connection's calls are bound by one thread. A few very busy connections (one
+//! or two clients sending tens of thousands of calls a second) are served faster with a task a
+//! call, spread over the runtime's threads, at more CPU a call: `--grpc-call-tasks`
+//! ([`Exec::Tasks`]; `benches/RESULTS.md` has both, measured).
 
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
@@ -24,37 +29,58 @@ type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Calls started since the connection's task last took them, and that task's waker.
 #[derive(Default)]
-struct Started {
+pub(super) struct Started {
     calls: Mutex<Vec<Call>>,
     task: AtomicWaker,
 }
 
 /// hyper's executor for one connection's calls (make one per connection).
-#[derive(Clone, Default)]
-pub(super) struct Exec(Arc<Started>);
+#[derive(Clone)]
+pub(super) enum Exec {
+    /// The calls run in the connection's task ([`Exec::run`]).
+    Local(Arc<Started>),
+    /// Each call is a tokio task of its own (`--grpc-call-tasks`).
+    Tasks,
+}
 
 impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Exec {
     fn execute(&self, call: F) {
-        self.0.calls.lock().unwrap_or_else(PoisonError::into_inner).push(Box::pin(call));
-        self.0.task.wake();
+        match self {
+            Exec::Local(started) => {
+                started.calls.lock().unwrap_or_else(PoisonError::into_inner).push(Box::pin(call));
+                started.task.wake();
+            }
+            Exec::Tasks => {
+                tokio::spawn(call);
+            }
+        }
     }
 }
 
 impl Exec {
-    /// Drives `conn` (a connection served with this executor) and the calls it starts until
-    /// `conn` ends; the calls still running then are dropped.
+    /// A connection's executor: its calls in its task, or each in a task of its own.
+    pub(super) fn new(call_tasks: bool) -> Self {
+        if call_tasks { Exec::Tasks } else { Exec::Local(Arc::default()) }
+    }
+
+    /// Drives `conn` (a connection served with this executor) and, for [`Exec::Local`], the
+    /// calls it starts, until `conn` ends; those still running then are dropped.
     pub(super) async fn run<C: Future>(&self, conn: C) -> C::Output {
+        let started = match self {
+            Exec::Local(started) => started,
+            Exec::Tasks => return conn.await,
+        };
         let mut conn = pin!(conn);
         let mut calls = FuturesUnordered::new();
         poll_fn(|cx| {
             if let Poll::Ready(out) = conn.as_mut().poll(cx) {
                 calls.clear();
-                self.0.calls.lock().unwrap_or_else(PoisonError::into_inner).clear();
+                started.calls.lock().unwrap_or_else(PoisonError::into_inner).clear();
                 return Poll::Ready(out);
             }
-            self.0.task.register(cx.waker());
+            started.task.register(cx.waker());
             loop {
-                calls.extend(self.0.calls.lock().unwrap_or_else(PoisonError::into_inner).drain(..));
+                calls.extend(started.calls.lock().unwrap_or_else(PoisonError::into_inner).drain(..));
                 // Until none is ready (`FuturesUnordered` yields by itself after a round of all).
                 if !matches!(calls.poll_next_unpin(cx), Poll::Ready(Some(()))) {
                     return Poll::Pending;
@@ -76,7 +102,7 @@ mod tests {
 
     #[tokio::test]
     async fn calls_run_in_the_connections_task_until_it_ends() {
-        let exec = Exec::default();
+        let exec = Exec::new(false);
         let done = Arc::new(AtomicUsize::new(0));
         let (end_tx, end_rx) = oneshot::channel::<()>();
         let (go_tx, go_rx) = oneshot::channel::<()>();
@@ -120,5 +146,17 @@ mod tests {
         end_tx.send(()).unwrap();
         assert_eq!(run.await, "ended");
         assert!(held_rx.await.is_err(), "the call running at the end was dropped");
+    }
+
+    #[tokio::test]
+    async fn with_call_tasks_each_call_is_a_task_that_outlives_its_connection() {
+        let exec = Exec::new(true);
+        let (tx, rx) = oneshot::channel::<()>();
+        exec.execute(async move {
+            tx.send(()).unwrap();
+        });
+        // The connection ends at once; its call, a task of its own, still runs.
+        assert_eq!(exec.run(async { "ended" }).await, "ended");
+        rx.await.expect("the call ran on its own task");
     }
 }

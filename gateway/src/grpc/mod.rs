@@ -90,6 +90,7 @@ pub(crate) async fn serve(
         routes: Routes::new(infer).add_service(scaler),
         max_message: max,
         max_streams: MAX_STREAMS,
+        call_tasks: cfg.grpc_call_tasks,
     });
     // Each connection holds a receiver: told to finish at shutdown, and waited for.
     let (stop, stopping) = watch::channel(());

@@ -43,6 +43,8 @@ pub(super) struct Calls {
     pub(super) max_message: usize,
     /// Most streams open at once on a connection.
     pub(super) max_streams: u32,
+    /// Each call a task of its own (`--grpc-call-tasks`), not run in its connection's task.
+    pub(super) call_tasks: bool,
 }
 
 /// A connection's HTTP/2 settings, its calls run by `exec` (the connection's own task).
@@ -94,13 +96,13 @@ where
     // The call's future (some kilobytes: the predict entry's is inside) boxed once here. Unboxed,
     // it is the stream's task itself, and tokio copies a task's future in full as it spawns it,
     // and its stage again as the task finishes: five copies a call.
-    let max_streams = calls.max_streams;
+    let (max_streams, call_tasks) = (calls.max_streams, calls.call_tasks);
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let calls = Arc::clone(&calls);
         Box::pin(async move { Ok::<_, Infallible>(calls.call(req).await) })
     });
-    // The connection's calls run in this task (`local`), not in tasks of their own.
-    let exec = Exec::default();
+    // The connection's calls run in this task (`local`), unless `--grpc-call-tasks`.
+    let exec = Exec::new(call_tasks);
     let mut conn = pin!(builder(max_streams, exec.clone()).serve_connection(TokioIo::new(io), svc));
     let ended = exec
         .run(async {
