@@ -26,8 +26,9 @@ read -r -a worker_flags <<<"${WORKER_FLAGS:---runtime-threads 4}"
 read -r -a gateway_flags <<<"${GATEWAY_FLAGS:---runtime-threads 6}"
 . scripts/lib/start.sh
 scratch
-# CPU seconds (user + system) of this shell's reaped children, from what `times` wrote to file $1.
-children_cpu() { awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s += t[1] * 60 + t[2] } print s }' "$1"; }
+# children_cpu: the load generator's CPU, from `times`.
+# shellcheck source=benches/lib/protocols.sh
+. benches/lib/protocols.sh
 tck=$(getconf CLK_TCK)
 
 # The model's name is its directory's unless given: the GPU build's directory is not the model's.
