@@ -173,7 +173,7 @@ impl Metrics {
         );
         r.register(
             "panics",
-            "Panics caught in request handling (answered 500 internal), by kind (source location)",
+            "Panics caught in request handling (answered 500 internal, a gRPC call INTERNAL), by kind (source location)",
             self.panics.clone(),
         );
         r.register("outstanding", "Requests held by the gateway now", self.outstanding.clone());

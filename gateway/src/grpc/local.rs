@@ -18,10 +18,12 @@
 //! ([`Exec::Tasks`]; `benches/RESULTS.md` has both, measured).
 
 use std::future::{Future, poll_fn};
+use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 
+use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::task::AtomicWaker;
 
@@ -47,6 +49,9 @@ impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for Exec {
     fn execute(&self, call: F) {
         match self {
             Exec::Local(started) => {
+                // A panic the call's own guard did not catch (in hyper's part of it) ends that
+                // call alone, as it would end a task of its own: not the connection's task.
+                let call = AssertUnwindSafe(call).catch_unwind().map(drop);
                 started.calls.lock().unwrap_or_else(PoisonError::into_inner).push(Box::pin(call));
                 started.task.wake();
             }
@@ -158,5 +163,31 @@ mod tests {
         // The connection ends at once; its call, a task of its own, still runs.
         assert_eq!(exec.run(async { "ended" }).await, "ended");
         rx.await.expect("the call ran on its own task");
+    }
+
+    #[tokio::test]
+    async fn a_call_that_panics_ends_alone_not_its_connection() {
+        let exec = Exec::new(false);
+        let (end_tx, end_rx) = oneshot::channel::<()>();
+        let (ran_tx, ran_rx) = oneshot::channel::<()>();
+        let mut run = pin!(exec.run(async move {
+            end_rx.await.unwrap();
+            "ended"
+        }));
+        exec.execute(async {
+            let none: Vec<u8> = Vec::new();
+            let _ = none[1];
+        });
+        exec.execute(async move {
+            tokio::task::yield_now().await;
+            ran_tx.send(()).unwrap();
+        });
+        assert!(futures::poll!(run.as_mut()).is_pending(), "the connection goes on");
+        tokio::select! {
+            _ = run.as_mut() => panic!("the connection ended"),
+            r = ran_rx => r.expect("the other call ran"),
+        }
+        end_tx.send(()).unwrap();
+        assert_eq!(run.await, "ended");
     }
 }

@@ -91,6 +91,7 @@ pub(crate) async fn serve(
         max_message: max,
         max_streams: MAX_STREAMS,
         call_tasks: cfg.grpc_call_tasks,
+        panics: state.panics().clone(),
     });
     // Each connection holds a receiver: told to finish at shutdown, and waited for.
     let (stop, stopping) = watch::channel(());

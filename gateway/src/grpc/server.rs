@@ -31,6 +31,7 @@ use tower::Service as _;
 use super::capped::Conn;
 use super::infer::{self, X_REQUEST_ID};
 use super::local::Exec;
+use crate::http::{Guarded, PanicAnswer, Panics};
 
 /// The path of `ModelInfer`.
 const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
@@ -45,6 +46,16 @@ pub(super) struct Calls {
     pub(super) max_streams: u32,
     /// Each call a task of its own (`--grpc-call-tasks`), not run in its connection's task.
     pub(super) call_tasks: bool,
+    /// Where a call's panic is counted and logged (the HTTP listeners' too).
+    pub(super) panics: Panics,
+}
+
+/// A call that panicked (a bug) answers INTERNAL, no detail for the client; its connection and
+/// the other calls on it go on.
+impl PanicAnswer for Response<Body> {
+    fn panicked() -> Self {
+        Status::internal("internal error").into_http()
+    }
 }
 
 /// A connection's HTTP/2 settings, its calls run by `exec` (the connection's own task).
@@ -99,7 +110,8 @@ where
     let (max_streams, call_tasks) = (calls.max_streams, calls.call_tasks);
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let calls = Arc::clone(&calls);
-        Box::pin(async move { Ok::<_, Infallible>(calls.call(req).await) })
+        let panics = calls.panics.clone();
+        Box::pin(async move { Ok::<_, Infallible>(Guarded::new(calls.call(req), panics).await) })
     });
     // The connection's calls run in this task (`local`), unless `--grpc-call-tasks`.
     let exec = Exec::new(call_tasks);
@@ -193,4 +205,25 @@ async fn read_message(body: Incoming, max: usize) -> Result<Bytes, Status> {
         return Err(Status::internal(format!("the message's prefix says {len} bytes, the body carries {}", buf.len())));
     }
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_that_panics_answers_internal_and_is_counted() {
+        let metrics = crate::metrics::Metrics::default();
+        let panics = Panics::new(metrics.panics.clone());
+        let call = async {
+            let calls: Vec<u8> = Vec::new();
+            // An index out of bounds: a bug.
+            Response::new(Body::new(http_body_util::Full::new(Bytes::from(vec![calls[3]]))))
+        };
+        let resp = Guarded::new(call, panics).await;
+        let status = Status::from_header_map(resp.headers()).expect("a gRPC status in the headers");
+        assert_eq!((status.code(), status.message()), (tonic::Code::Internal, "internal error"));
+        let text = crate::metrics::render(&metrics.registry());
+        assert!(text.lines().any(|l| l.starts_with("gateway_panics_total{") && l.ends_with(" 1")), "{text}");
+    }
 }

@@ -36,6 +36,7 @@ use prometheus_client::registry::Registry;
 pub(crate) use admin::serve as serve_admin;
 pub(crate) use client::serve as serve_client;
 pub(crate) use oip::pool_ready;
+pub(crate) use panics::{Guarded, PanicAnswer, Panics};
 pub(crate) use predict::{Target, handle_to};
 pub(crate) use single::{Prepared, oip_call};
 
@@ -57,7 +58,7 @@ pub(crate) struct AppState {
     /// The listener's metrics of each port (`gateway_connections_*`, `gateway_admin_connections_*`, ...).
     client_listener: listener::Metrics,
     admin_listener: listener::Metrics,
-    panics: panics::Panics,
+    panics: Panics,
     /// The client listener's body reader (its deadline and budget), once serving; without one
     /// (handlers called directly in tests) bodies are read under `--max-body-bytes` only.
     bodies: Option<listener::BodyReader>,
@@ -72,6 +73,11 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
+    /// Where a handler's panic is counted and logged (the gRPC listener's calls too).
+    pub(crate) fn panics(&self) -> &Panics {
+        &self.panics
+    }
+
     pub(crate) fn new(pools: Arc<Pools>) -> Self {
         let ctx = pools.ctx();
         let admission = Arc::new(Admission::new(&ctx.config, &ctx.metrics));
@@ -79,7 +85,7 @@ impl AppState {
         // The registry adds `gateway_` itself: `gateway_connections_*`, `gateway_admin_connections_*`.
         let client_listener = listener::Metrics::register_in(&mut registry);
         let admin_listener = listener::Metrics::register(&mut registry, "admin");
-        let panics = panics::Panics::new(ctx.metrics.panics.clone());
+        let panics = Panics::new(ctx.metrics.panics.clone());
         let coalesce = crate::routing::coalesce_policy(&ctx.config).is_some();
         Self {
             pools,

@@ -1,5 +1,5 @@
-//! A panic while a request is handled (a bug): the client gets a JSON 500 `internal`, never a
-//! dropped connection; it is counted in `gateway_panics_total{kind}`, where the kind is the
+//! A panic while a request is handled (a bug): the client gets a JSON 500 `internal` (a gRPC
+//! call: INTERNAL, `grpc::server`), never a dropped connection; it is counted in `gateway_panics_total{kind}`, where the kind is the
 //! panic's source location; and it is logged once per kind (location and message, with a
 //! backtrace when `RUST_BACKTRACE` asks for one), not once per request: a bug hit by every
 //! request under load once wrote ~160 lines per request (89 MB of log in 20 s).
@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::sync::{Mutex, Once};
 use std::task::{Context, Poll};
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use listener::shard::Counter;
 use pin_project_lite::pin_project;
 use prometheus_client::metrics::family::Family;
@@ -64,16 +64,27 @@ impl Panics {
         Self { counter, logged: std::sync::Arc::default() }
     }
 
-    /// Count and (once per kind) log a caught panic; the client's answer.
-    fn report(&self, payload: &(dyn Any + Send)) -> Response {
+    /// Count and (once per kind) log a caught panic.
+    fn record(&self, payload: &(dyn Any + Send)) {
         let kind = LOCATION.with(|l| l.borrow_mut().take()).unwrap_or_else(|| "unknown".to_owned());
         self.counter.get_or_create(&PanicLabels { kind: kind.clone() }).inc();
         let first = self.logged.lock().map(|mut seen| seen.insert(kind.clone())).unwrap_or(false);
         if first {
             let backtrace = std::backtrace::Backtrace::capture();
             tracing::error!(kind, message = %message(payload), %backtrace,
-                "a request handler panicked (answered 500; logged once per kind, counted in gateway_panics_total)");
+                "a request handler panicked (answered as an internal error; logged once per kind, counted in gateway_panics_total)");
         }
+    }
+}
+
+/// What a guarded handler answers when it panicked.
+pub(crate) trait PanicAnswer {
+    fn panicked() -> Self;
+}
+
+/// The JSON 500 `internal`, no detail for the client.
+impl PanicAnswer for Response {
+    fn panicked() -> Self {
         RequestError::Internal(String::new()).quiet_response()
     }
 }
@@ -88,7 +99,7 @@ fn message(payload: &(dyn Any + Send)) -> &str {
 }
 
 pin_project! {
-    /// A handler's future whose panic becomes a JSON 500.
+    /// A handler's future whose panic becomes its [`PanicAnswer`] (a JSON 500).
     pub(crate) struct Guarded<F> {
         #[pin]
         inner: F,
@@ -102,24 +113,26 @@ impl<F> Guarded<F> {
     }
 }
 
-impl<F, R> Future for Guarded<F>
+impl<F> Future for Guarded<F>
 where
-    F: Future<Output = R>,
-    R: IntoResponse,
+    F: Future,
+    F::Output: PanicAnswer,
 {
-    type Output = Response;
+    type Output = F::Output;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
         let inner = this.inner;
         let was = IN_REQUEST.with(|f| f.replace(true));
         let polled = std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx)));
         IN_REQUEST.with(|f| f.set(was));
         match polled {
-            Ok(Poll::Ready(r)) => Poll::Ready(r.into_response()),
-            Ok(Poll::Pending) => Poll::Pending,
+            Ok(polled) => polled,
             // The future is not polled again: hyper drops it with the answer.
-            Err(payload) => Poll::Ready(this.panics.report(payload.as_ref())),
+            Err(payload) => {
+                this.panics.record(payload.as_ref());
+                Poll::Ready(F::Output::panicked())
+            }
         }
     }
 }
@@ -127,6 +140,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::response::IntoResponse;
     use http::StatusCode;
     use http_body_util::BodyExt;
 
