@@ -1,9 +1,9 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034,SC2154  # variables set for, and by, the caller
 # Sourced by benches/oip_protocols.sh, gateway_ab.sh, gateway_instructions.sh and
-# gpu/protocols.sh (its `children_cpu` only): their set-up,
-# the fake worker behind the gateway, the load generator's arguments for a protocol, and the CPU
-# this shell's children spent (a process's: start.sh's `cpu_ticks`). Expects $CARGO_TARGET_DIR, and the repository root as the
+# gpu/protocols.sh (its `children_cpu` only): their set-up, the fake worker behind the gateway,
+# the load generator's arguments for a protocol, and the CPU this shell's children spent (a
+# process's: start.sh's `cpu_ticks`). Expects $CARGO_TARGET_DIR, and the repository root as the
 # current directory.
 
 # Builds the gateway, the load generator and the fake worker (release); sets $bin (the build),

@@ -78,19 +78,17 @@ impl Exec {
         let mut conn = pin!(conn);
         let mut calls = FuturesUnordered::new();
         poll_fn(|cx| {
-            if let Poll::Ready(out) = conn.as_mut().poll(cx) {
-                calls.clear();
-                started.calls.lock().unwrap_or_else(PoisonError::into_inner).clear();
-                return Poll::Ready(out);
-            }
             started.task.register(cx.waker());
-            loop {
-                calls.extend(started.calls.lock().unwrap_or_else(PoisonError::into_inner).drain(..));
-                // Until none is ready (`FuturesUnordered` yields by itself after a round of all).
-                if !matches!(calls.poll_next_unpin(cx), Poll::Ready(Some(()))) {
-                    return Poll::Pending;
-                }
+            let polled = conn.as_mut().poll(cx);
+            let new = std::mem::take(&mut *started.calls.lock().unwrap_or_else(PoisonError::into_inner));
+            if polled.is_ready() {
+                calls.clear();
+                return polled;
             }
+            calls.extend(new);
+            // Until none is ready (`FuturesUnordered` yields by itself after a round of all).
+            while let Poll::Ready(Some(())) = calls.poll_next_unpin(cx) {}
+            Poll::Pending
         })
         .await
     }

@@ -89,7 +89,6 @@ pub(crate) async fn serve(
         infer: infer::Service(state.clone()),
         routes: Routes::new(infer).add_service(scaler),
         max_message: max,
-        max_streams: MAX_STREAMS,
         call_tasks: cfg.grpc_call_tasks,
         panics: state.panics().clone(),
     });

@@ -42,8 +42,6 @@ pub(super) struct Calls {
     pub(super) routes: Routes,
     /// Largest message taken, in bytes (`--max-body-bytes`).
     pub(super) max_message: usize,
-    /// Most streams open at once on a connection.
-    pub(super) max_streams: u32,
     /// Each call a task of its own (`--grpc-call-tasks`), not run in its connection's task.
     pub(super) call_tasks: bool,
     /// Where a call's panic is counted and logged (the HTTP listeners' too).
@@ -58,14 +56,14 @@ impl PanicAnswer for Response<Body> {
     }
 }
 
-/// A connection's HTTP/2 settings, its calls run by `exec` (the connection's own task).
-fn builder(max_streams: u32, exec: Exec) -> hyper::server::conn::http2::Builder<Exec> {
+/// A connection's HTTP/2 settings, its calls run by `exec`.
+fn builder(exec: Exec) -> hyper::server::conn::http2::Builder<Exec> {
     let mut b = hyper::server::conn::http2::Builder::new(exec);
     // No `date` header: gRPC clients don't read it, and a value that changes every second is
     // one more header to encode on every answer.
     b.timer(TokioTimer::new())
         .auto_date_header(false)
-        .max_concurrent_streams(max_streams)
+        .max_concurrent_streams(super::MAX_STREAMS)
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10));
     b
@@ -105,9 +103,9 @@ where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     // The call's future (some kilobytes: the predict entry's is inside) boxed once here. Unboxed,
-    // it is the stream's task itself, and tokio copies a task's future in full as it spawns it,
-    // and its stage again as the task finishes: five copies a call.
-    let (max_streams, call_tasks) = (calls.max_streams, calls.call_tasks);
+    // it is inside the stream's future, which hyper moves by value as it hands it to the
+    // executor, and a tokio task (`--grpc-call-tasks`) copies in full as it spawns and finishes.
+    let call_tasks = calls.call_tasks;
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let calls = Arc::clone(&calls);
         let panics = calls.panics.clone();
@@ -115,7 +113,7 @@ where
     });
     // The connection's calls run in this task (`local`), unless `--grpc-call-tasks`.
     let exec = Exec::new(call_tasks);
-    let mut conn = pin!(builder(max_streams, exec.clone()).serve_connection(TokioIo::new(io), svc));
+    let mut conn = pin!(builder(exec.clone()).serve_connection(TokioIo::new(io), svc));
     let ended = exec
         .run(async {
             tokio::select! {

@@ -1,8 +1,9 @@
 //! A panic while a request is handled (a bug): the client gets a JSON 500 `internal` (a gRPC
-//! call: INTERNAL, `grpc::server`), never a dropped connection; it is counted in `gateway_panics_total{kind}`, where the kind is the
-//! panic's source location; and it is logged once per kind (location and message, with a
-//! backtrace when `RUST_BACKTRACE` asks for one), not once per request: a bug hit by every
-//! request under load once wrote ~160 lines per request (89 MB of log in 20 s).
+//! call: INTERNAL, `grpc::server`), never a dropped connection; it is counted in
+//! `gateway_panics_total{kind}`, where the kind is the panic's source location; and it is
+//! logged once per kind (location and message, with a backtrace when `RUST_BACKTRACE` asks for
+//! one), not once per request: a bug hit by every request under load once wrote ~160 lines per
+//! request (89 MB of log in 20 s).
 //!
 //! How: [`Guarded`] polls the handler's future inside `catch_unwind`, with a thread-local flag
 //! set. The process's panic hook (wrapped once, [`install_hook`]) sees the flag, keeps the
