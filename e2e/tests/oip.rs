@@ -99,6 +99,13 @@ async fn rest_and_grpc_through_the_gateway() {
     let e = g.model_infer(infer_request("nope", &texts)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
     assert!(e.metadata().get("x-request-id").is_some(), "an error carries the gateway's request id: {e:?}");
+    // The gateway's own refusal (no such pool), not the worker's, carries it too.
+    let mut req = tonic::Request::new(infer_request(MODEL, &texts));
+    req.metadata_mut().insert("pool", "nope".parse().unwrap());
+    req.metadata_mut().insert("x-request-id", "grpc-e2e-2".parse().unwrap());
+    let e = g.model_infer(req).await.unwrap_err();
+    assert_eq!((e.code(), e.message()), (tonic::Code::NotFound, "no pool named \"nope\""), "{e}");
+    assert_eq!(e.metadata().get("x-request-id").unwrap(), "grpc-e2e-2");
     let e = g.model_metadata(ModelMetadataRequest { name: "nope".into(), version: String::new() }).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
     // A client's deadline too short for any answer.

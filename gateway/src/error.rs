@@ -85,7 +85,7 @@ impl RequestError {
         }
     }
 
-    fn retry_after_s(&self) -> Option<u64> {
+    pub(crate) fn retry_after_s(&self) -> Option<u64> {
         match self {
             Self::Overloaded { retry_after_s }
             | Self::NoWorker { retry_after_s, .. }
@@ -96,7 +96,7 @@ impl RequestError {
     }
 
     /// What the client reads: never internal detail.
-    fn public_message(&self) -> String {
+    pub(crate) fn public_message(&self) -> String {
         match self {
             Self::Upstream(_) => "the worker failed or could not be reached".to_owned(),
             Self::Internal(_) => "internal error".to_owned(),
@@ -107,6 +107,13 @@ impl RequestError {
 }
 
 impl RequestError {
+    /// Its log line, for an error of the gateway's or a worker's (5xx): "request failed".
+    pub(crate) fn log(&self) {
+        if self.status().is_server_error() {
+            tracing::warn!(error = %self, error_type = self.error_type().as_str(), "request failed");
+        }
+    }
+
     /// The answer, without the log line of [`IntoResponse::into_response`] (for errors logged
     /// otherwise, e.g. once per kind).
     pub(crate) fn quiet_response(self) -> Response {
@@ -125,10 +132,7 @@ impl RequestError {
 
 impl IntoResponse for RequestError {
     fn into_response(self) -> Response {
-        let status = self.status();
-        if status.is_server_error() {
-            tracing::warn!(error = %self, error_type = self.error_type().as_str(), "request failed");
-        }
+        self.log();
         self.quiet_response()
     }
 }

@@ -1,10 +1,12 @@
-//! `inference.GRPCInferenceService` on the gateway. Each model call becomes the REST request of
-//! the same meaning (`/v2/models/{model}[/versions/{v}]/...`) and goes through the client port's
-//! one predict entry (`predict::handle_to`): the same request ids, admission in requests and
-//! tokens, p2c, retries, deadline and metrics as `/predict`; the worker's answer is translated
-//! back. The pool is the `pool` metadata entry's, else the default pool. A client's deadline
-//! (`grpc-timeout`) bounds the call: past it, DEADLINE_EXCEEDED and the request is dropped
-//! (its admission freed, its attempt on the worker cancelled).
+//! `inference.GRPCInferenceService` on the gateway. Each model call has the meaning of a REST
+//! request (`/v2/models/{model}[/versions/{v}]/...`) and goes through the client port's one
+//! predict entry: the same request ids, admission in requests and tokens, p2c, retries,
+//! deadline and metrics as `/predict`; the worker's answer is translated back. `ModelInfer`,
+//! the call that carries the load, goes in as the call it is, read already
+//! (`predict::call`); `ModelReady` and `ModelMetadata` as the REST requests they are
+//! (`predict::handle_to`). The pool is the `pool` metadata entry's, else the default pool. A
+//! client's deadline (`grpc-timeout`) bounds the call: past it, DEADLINE_EXCEEDED and the
+//! request is dropped (its admission freed, its attempt on the worker cancelled).
 
 use std::pin::pin;
 use std::sync::{Arc, OnceLock};
@@ -12,6 +14,7 @@ use std::time::Duration;
 
 use axum::response::Response as HttpResponse;
 use bytes::Bytes;
+use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use oip::InferCall;
@@ -26,7 +29,7 @@ use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use wire::{ErrorBody, ErrorType};
 
-use crate::http::{AppState, Prepared, Target, handle_to, oip_call, oip_server_name, pool_ready};
+use crate::http::{AppState, Call, Ids, Target, handle_to, oip_call, oip_server_name, pool_ready};
 
 /// Characters escaped in a model name or version put into a path.
 const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'?').add(b'#').add(b'%').add(b'"').add(b'<').add(b'>');
@@ -40,28 +43,14 @@ impl Service {
         md.get("pool").and_then(|v| v.to_str().ok()).unwrap_or(&self.0.pools.ctx().config.default_pool)
     }
 
-    /// Sends `method path` (with `body`) through the predict entry, within the client's deadline.
+    /// Sends `method path` (with `body`) through the predict entry, within the client's deadline:
+    /// the service's calls other than `ModelInfer`, rare, as the REST requests they are.
     async fn call(&self, md: &MetadataMap, method: Method, path: String, body: Bytes) -> Result<HttpResponse, Status> {
-        self.call_with(md, method, path, body, None).await
-    }
-
-    /// [`Service::call`], with the request's one text already checked for a merge.
-    async fn call_with(
-        &self,
-        md: &MetadataMap,
-        method: Method,
-        path: String,
-        body: Bytes,
-        single: Option<Prepared>,
-    ) -> Result<HttpResponse, Status> {
         let mut req = http::Request::builder().method(method).uri(path.as_str());
         for name in ["x-request-id", "traceparent"] {
             if let Some(v) = md.get(name).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()) {
                 req = req.header(name, v);
             }
-        }
-        if let Some(single) = single {
-            req = req.extension(single);
         }
         let req = req
             .header(header::CONTENT_TYPE, "application/json")
@@ -80,31 +69,53 @@ impl Service {
 
     /// `ModelInfer`: the answer and the request id to give back. Called by the trait's method
     /// and, without its boxed future and `tonic::Request` wrapping, by the listener's direct
-    /// path (`server.rs`).
+    /// path (`server.rs`). The call goes to the predict entry as read already
+    /// ([`predict::call`](crate::http::call)), not as a REST request to build and read again.
     pub(crate) async fn infer(
         &self,
         md: &MetadataMap,
         r: ModelInferRequest,
     ) -> Result<(Option<MetadataValue<Ascii>>, ModelInferResponse), Status> {
         let path = model_path(&r.model_name, &r.model_version, "/infer");
+        let path = PathAndQuery::try_from(path)
+            .map_err(|e| Status::invalid_argument(format!("bad model name or version: {e}")))?;
         let (r_model, r_version) = (r.model_name.clone(), r.model_version.clone());
         let call = InferCall::from_pb(r)?;
         let body = call.rest_json();
+        let texts = call.texts.len() as u64;
         // A call of one text may be merged (`routing::coalesce`): checked here, from the call
-        // read already, not again from the REST body. Merged, its prediction comes back beside
-        // the answer and is answered in protobuf directly.
+        // read already. Merged, its prediction comes back beside the answer and is answered in
+        // protobuf directly.
         let version = Some(r_version).filter(|v| !v.is_empty());
         let meta =
             InferCall { id: call.id.clone(), texts: Vec::new(), column: call.column, outputs: call.outputs.clone() };
         let reply = Arc::new(OnceLock::new());
         let max_tokens = self.0.pools.ctx().config.max_query_tokens;
-        let single = oip_call(r_model.clone(), version, call, max_tokens, Some(Arc::clone(&reply))).map(Prepared);
-        let answer = success(self.call_with(md, Method::POST, path, body.into(), single).await?).await?;
+        let single = oip_call(r_model.clone(), version, call, max_tokens, Some(Arc::clone(&reply)));
+        let ids = Ids::from_headers(md.as_ref());
+        // Pinned here, awaited in either arm: moved into one arm's `timeout`, the future (some
+        // kilobytes) would be laid out twice in this one's, and copied in full at each call.
+        let mut answer =
+            pin!(crate::http::call(&self.0, self.pool(md), &ids, Call { path, body: body.into(), texts, single }));
+        let result = match deadline(md) {
+            Some(d) => tokio::time::timeout(d, answer.as_mut())
+                .await
+                .map_err(|_| Status::deadline_exceeded("the client's deadline passed before the answer"))?,
+            None => answer.await,
+        };
+        let id = MetadataValue::try_from(ids.request_id.as_bytes()).ok();
+        let a = result.map_err(|e| {
+            let retry = e.retry_after_s().map(Duration::from_secs);
+            with_id_status(oip::status::status(e.error_type(), e.public_message(), retry), &id)
+        })?;
+        if !a.status.is_success() {
+            return Err(with_id_status(refusal(a.status, a.retry_after.as_ref(), &a.body), &id));
+        }
         let out = match reply.get() {
             Some(p) => oip::answer::pb(&r_model, &meta, std::slice::from_ref(p))?,
-            None => oip::answer::pb_from_rest(json(&answer.body)?)?,
+            None => oip::answer::pb_from_rest(json(&a.body)?)?,
         };
-        Ok((answer.id, out))
+        Ok((id, out))
     }
 }
 
@@ -160,28 +171,37 @@ fn with_id<T>(msg: T, id: Option<MetadataValue<Ascii>>) -> Response<T> {
 
 pub(crate) const X_REQUEST_ID: &str = "x-request-id";
 
-/// The answer once it is a success, else its error as a status (the error body's kind and
-/// message, `Retry-After` as retry info); both with the request id.
+/// The answer once it is a success, else its error as a status (see [`refusal`]); both with
+/// the request id.
 async fn success(resp: HttpResponse) -> Result<Answer, Status> {
     let (parts, body) = resp.into_parts();
     let id = parts.headers.get(X_REQUEST_ID).and_then(|v| MetadataValue::try_from(v.as_bytes()).ok());
-    let with_id = |mut s: Status| {
-        if let Some(id) = &id {
-            s.metadata_mut().insert(X_REQUEST_ID, id.clone());
-        }
-        s
-    };
-    let body = body.collect().await.map_err(|_| with_id(Status::unavailable("the answer was cut short")))?.to_bytes();
+    let body = body
+        .collect()
+        .await
+        .map_err(|_| with_id_status(Status::unavailable("the answer was cut short"), &id))?
+        .to_bytes();
     if parts.status.is_success() {
         return Ok(Answer { body, id });
     }
-    let retry =
-        parts.headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse().ok()).map(Duration::from_secs);
-    let e = serde_json::from_slice::<ErrorBody>(&body).unwrap_or_else(|_| ErrorBody {
-        error: format!("the worker answered {}", parts.status),
-        error_type: kind_of(parts.status),
-    });
-    Err(with_id(oip::status::status(e.error_type, e.error, retry)))
+    Err(with_id_status(refusal(parts.status, parts.headers.get(header::RETRY_AFTER), &body), &id))
+}
+
+/// `s` with the request id `id` in its metadata.
+fn with_id_status(mut s: Status, id: &Option<MetadataValue<Ascii>>) -> Status {
+    if let Some(id) = id {
+        s.metadata_mut().insert(X_REQUEST_ID, id.clone());
+    }
+    s
+}
+
+/// An answer that is not a success, as a status: its error body's kind and message (else the
+/// kind its HTTP status says), its `Retry-After` as retry info.
+fn refusal(status: StatusCode, retry_after: Option<&HeaderValue>, body: &[u8]) -> Status {
+    let retry = retry_after.and_then(|v| v.to_str().ok()?.parse().ok()).map(Duration::from_secs);
+    let e = serde_json::from_slice::<ErrorBody>(body)
+        .unwrap_or_else(|_| ErrorBody { error: format!("the worker answered {status}"), error_type: kind_of(status) });
+    oip::status::status(e.error_type, e.error, retry)
 }
 
 fn kind_of(status: StatusCode) -> ErrorType {

@@ -37,8 +37,9 @@ pub(crate) use admin::serve as serve_admin;
 pub(crate) use client::serve as serve_client;
 pub(crate) use oip::pool_ready;
 pub(crate) use panics::{Guarded, PanicAnswer, Panics};
-pub(crate) use predict::{Target, handle_to};
-pub(crate) use single::{Prepared, oip_call};
+pub(crate) use predict::{Call, Target, call, handle_to};
+pub(crate) use single::oip_call;
+pub(crate) use trace::Ids;
 
 /// What the Open Inference Protocol's server metadata calls the gateway.
 pub(crate) fn oip_server_name() -> &'static str {

@@ -1,9 +1,10 @@
 //! The one way into a prediction. Every predict route of the client port (`/predict` for the
 //! default pool, `/pools/{pool}/predict`) and every Open Inference Protocol model route
-//! (`/v2/models/...`, `/pools/{pool}/v2/models/...`, and the gRPC service's calls, which come
-//! here as those REST requests) comes to [`handle`], and only there is a request admitted,
-//! identified, buffered and forwarded. Per-request policy for predictions belongs in
-//! [`handle`], not in a router layer: the client port's router serves only its other routes.
+//! (`/v2/models/...`, `/pools/{pool}/v2/models/...`, and the gRPC service's calls) comes to
+//! [`handle`] (the gRPC service's `ModelInfer` to [`call`], the same entry for a request read
+//! already), and only there is a request admitted, identified, buffered and forwarded.
+//! Per-request policy for predictions belongs here, not in a router layer: the client port's
+//! router serves only its other routes.
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -124,6 +125,11 @@ where
         e
     };
     let inc = incoming(state, target, req, &headers[..n], &span).await.map_err(early)?;
+    forward(state, pool, &inc).await.map(response)
+}
+
+/// Admission and the forward of request `inc`, read whole, to pool `pool`.
+async fn forward(state: &AppState, pool: &str, inc: &Incoming<'_>) -> Result<Answer, RequestError> {
     let found = state.pools.get(pool);
     // Demand is counted before admission: what is refused was asked for all the same.
     if let Some(p) = &found {
@@ -131,9 +137,64 @@ where
     }
     let _admitted = state.admission.admit(inc.cost)?;
     let Some(pool) = found else {
-        return Err(early(RequestError::UnknownPool(pool.to_owned())));
+        let e = RequestError::UnknownPool(pool.to_owned());
+        state.admission.answered_early(&e);
+        return Err(e);
     };
-    routing::forward(&pool, &inc).await.map(response)
+    routing::forward(&pool, inc).await
+}
+
+/// A protocol inference its listener has read already (the gRPC service's `ModelInfer`): what
+/// the predict entry would read from the REST request of the same meaning.
+pub(crate) struct Call {
+    /// The worker's route, `/v2/models/{model}[/versions/{version}]/infer`.
+    pub(crate) path: PathAndQuery,
+    /// The REST request's JSON body: what the worker is sent when the call goes alone.
+    pub(crate) body: bytes::Bytes,
+    /// Its texts: its queries in the signal's demand.
+    pub(crate) texts: u64,
+    /// Its one text, when it may be merged (`single::oip_call`).
+    pub(crate) single: Option<crate::routing::Single>,
+}
+
+/// The predict entry for `call` of pool `pool`, identified by `ids`: the body's limits,
+/// admission, the forward with its retries and metrics, as [`handle_to`] for its REST request,
+/// without that request to build and its answer to read back. A failure is logged as there,
+/// in the request's span; the worker's answer, a success or not, is the caller's to translate.
+pub(crate) async fn call(state: &AppState, pool: &str, ids: &Ids, call: Call) -> Result<Answer, RequestError> {
+    let (headers, n) = ids.headers();
+    let span = || ids.span(pool);
+    let result = async {
+        let cfg = &state.pools.ctx().config;
+        // As a REST body is read: the limit, and the listener's budget of bodies held.
+        let body = match &state.bodies {
+            Some(bodies) => bodies
+                .collect(http_body_util::Full::new(call.body), cfg.max_body_bytes)
+                .await
+                .map_err(|error| RequestError::Body { error, retry_after_s: cfg.retry_after_s }),
+            None if call.body.len() > cfg.max_body_bytes => Err(RequestError::TooLarge(cfg.max_body_bytes)),
+            None => Ok(call.body),
+        }
+        .inspect_err(|e| state.admission.answered_early(e))?;
+        let cost = super::cost::estimate_oip(cfg, &body, Some(call.texts));
+        let inc = Incoming {
+            method: Method::POST,
+            path_and_query: call.path,
+            content_type: Some(HeaderValue::from_static("application/json")),
+            headers: &headers[..n],
+            span: &span,
+            single: call.single.filter(|_| !cost.heavy && state.coalesce),
+            body,
+            cost,
+        };
+        forward(state, pool, &inc).await
+    }
+    .await;
+    if let Err(e) = &result {
+        let _span = span().entered();
+        e.log();
+    }
+    result
 }
 
 /// Buffer the client's request (bounded), keeping what the worker needs.
@@ -149,7 +210,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
 {
     let max_body = state.pools.ctx().config.max_body_bytes;
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     // `/predict?...` is forwarded as it came (a cheap clone of the parsed URI's bytes); other
     // routes (`/pools/{pool}/predict`) become `/predict` with the same query.
     let path_and_query = match (target, parts.uri.path_and_query()) {
@@ -176,29 +237,24 @@ where
     };
     let cfg = &state.pools.ctx().config;
     // A light request of one query may go to the worker merged with others (`routing::coalesce`).
-    // The gRPC service hands over its call's one text checked already ([`Prepared`]). A protocol
-    // inference too short to be heavy is read here once, for both its cost (its texts) and a
-    // merge; a longer one is read for a merge only once its cost says it is light.
-    let prepared = parts.extensions.remove::<super::single::Prepared>().map(|p| p.0);
+    // A protocol inference too short to be heavy is read here once, for both its cost (its
+    // texts) and a merge; a longer one is read for a merge only once its cost says it is light.
     let may_merge_oip = state.coalesce && parts.method == Method::POST;
     let light = super::cost::light_by_length(cfg, &body);
     let call = match target {
-        Target::Oip(path) if prepared.is_none() && may_merge_oip && light => {
-            super::single::oip_request(path, &parts.headers, &body)
-        }
+        Target::Oip(path) if may_merge_oip && light => super::single::oip_request(path, &parts.headers, &body),
         _ => None,
     };
     let cost = match target {
         Target::Predict => super::cost::estimate(cfg, parts.uri.query(), &body),
         Target::Oip(_) => {
-            let texts = prepared.as_ref().map(|_| 1).or_else(|| call.as_ref().map(|(.., c)| c.texts.len() as u64));
+            let texts = call.as_ref().map(|(.., c)| c.texts.len() as u64);
             super::cost::estimate_oip(cfg, &body, texts)
         }
     };
     let single = match target {
         _ if cost.heavy || !state.coalesce => None,
         Target::Predict => super::single::single(&parts.method, parts.uri.query(), &body, cfg.max_query_tokens),
-        Target::Oip(_) if prepared.is_some() => prepared,
         Target::Oip(_) if light => {
             call.and_then(|(model, version, c)| super::single::oip_call(model, version, c, cfg.max_query_tokens, None))
         }

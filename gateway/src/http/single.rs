@@ -68,7 +68,7 @@ pub(super) fn oip_request(
 
 /// A checked inference `call` of model `model` (and `version`) if it may be merged: one text,
 /// not blank, without `logits`. The gRPC service checks its calls here too, and hands the result
-/// to the predict entry beside the request ([`Prepared`]) rather than have it read again.
+/// to the predict entry with the call ([`super::predict::Call`]).
 pub(crate) fn oip_call(
     model: String,
     version: Option<String>,
@@ -86,12 +86,6 @@ pub(crate) fn oip_call(
     let tokens = query_tokens(&text, max_query_tokens);
     Single::oip(&text, tokens, OipSingle { model, version, call, reply })
 }
-
-/// A request extension: the request's [`Single`], made by whoever built the request (the gRPC
-/// service), so the predict entry need not read its body for it. Used as [`oip`]'s result is:
-/// only for a light request while coalescing is on.
-#[derive(Debug, Clone)]
-pub(crate) struct Prepared(pub(crate) Single);
 
 /// The model and version of an inference route, `/v2/models/{model}[/versions/{version}]/infer`,
 /// percent-decoded as the worker's router decodes path parameters.

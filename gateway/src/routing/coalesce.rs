@@ -9,8 +9,8 @@
 //! there is no timer, and a request alone goes at once. *What* may merge is decided at the
 //! predict entry ([`Single`]): a single-query `/predict` request, `GET ?query=...` alone or
 //! `POST {"query": "..."}`, light, without `all_scores` (the list form takes it for the whole
-//! list), or an Open Inference Protocol inference of one text without `logits` (REST, or gRPC,
-//! which comes as REST), merged only to a worker whose stats name its model; never a
+//! list), or an Open Inference Protocol inference of one text without `logits` (REST or gRPC),
+//! merged only to a worker whose stats name its model; never a
 //! `{"queries": [...]}` request. A protocol request's answer is made from its item as the worker
 //! makes it alone (`oip::answer::rest_json`).
 //!
