@@ -19,6 +19,19 @@ use tokio::net::TcpStream;
 use crate::http1::Failure;
 use crate::target::Prepared;
 
+/// A connection's receive window, in bytes: answers to every call in flight on it may arrive
+/// before any is read (h2's default, 64 KiB, holds some 400 small gRPC answers; a call's logits
+/// are some 200 bytes more each).
+const CONNECTION_WINDOW: u32 = 8 << 20;
+
+/// The framing overhead of small DATA frames a connection may hold unread, in bytes (each frame
+/// of fewer than 256 bytes counts 256 less its length: a gRPC answer, whose message is a DATA
+/// frame of its own before the trailers, some 200). h2's default, half the window and 32 KiB
+/// with its default window, closes the connection (ENHANCE_YOUR_CALM) once some 150 answers
+/// wait to be read, as they do on a busy load generator with hundreds of calls on one
+/// connection: 4 MiB holds some 20,000.
+const SMALL_FRAMES_BUDGET: usize = 4 << 20;
+
 /// The HTTP/2 connections of one thread.
 #[derive(Debug)]
 pub struct Pool {
@@ -93,8 +106,12 @@ impl Pool {
         }
         let stream = TcpStream::connect(self.addr).await.map_err(|e| Failure::Io(e.kind()))?;
         let _ = stream.set_nodelay(true);
-        let (sender, conn) =
-            h2::client::handshake(stream).await.map_err(|_| Failure::Protocol("HTTP/2 handshake failed"))?;
+        let (sender, conn) = h2::client::Builder::new()
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .data_frame_budget(SMALL_FRAMES_BUDGET)
+            .handshake(stream)
+            .await
+            .map_err(|_| Failure::Protocol("HTTP/2 handshake failed"))?;
         let open = Open::new(self.open.clone());
         tokio::spawn(async move {
             let _open = open;
@@ -173,4 +190,53 @@ fn h2_failure(e: &h2::Error) -> Failure {
         return Failure::Io(io.kind());
     }
     if e.is_go_away() || e.is_reset() || e.is_io() { Failure::Closed } else { Failure::Protocol("HTTP/2 stream error") }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{HeaderMap, Response};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// Many answers arrive at once, each a small DATA frame before its trailers (every gRPC
+    /// answer is), read from the socket before any request reads its own. h2's client counts
+    /// such frames held unread against a budget of framing overhead (half its connection
+    /// window, 32 KiB by default: some 150 answers of 40 bytes) and past it closes the
+    /// connection (ENHANCE_YOUR_CALM, "too_many_data_frames"), failing every call in flight: a
+    /// busy load generator with hundreds of calls on one connection did. The pool's
+    /// connections take a window, and so a budget, for many more.
+    #[tokio::test]
+    async fn many_small_answers_held_at_once_do_not_close_the_connection() {
+        const CALLS: usize = 600;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (io, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(io).await.unwrap();
+            let mut calls = Vec::new();
+            while calls.len() < CALLS {
+                calls.push(conn.accept().await.unwrap().unwrap());
+            }
+            // Every answer queued before the connection writes any.
+            for (_, mut respond) in calls {
+                let mut send = respond.send_response(Response::new(()), false).unwrap();
+                send.send_data(Bytes::from_static(&[0; 40]), false).unwrap();
+                let mut trailers = HeaderMap::new();
+                trailers.insert("grpc-status", HeaderValue::from_static("0"));
+                send.send_trailers(trailers).unwrap();
+            }
+            while let Some(Ok(_)) = conn.accept().await {}
+        });
+        let pool = Pool::new(addr, Method::POST, Vec::new(), true, 1, Arc::default(), Arc::default());
+        let req = Prepared {
+            h1: Bytes::new(),
+            uri: format!("http://{addr}/inference.GRPCInferenceService/ModelInfer").parse().unwrap(),
+            body: Bytes::from_static(b"call"),
+        };
+        let answers = futures::future::join_all((0..CALLS).map(|_| pool.exchange(&req))).await;
+        let failed = answers.iter().filter(|a| !matches!(a, Ok(Answer { status: 200, .. }))).count();
+        assert_eq!(failed, 0, "calls failed: {:?}", answers.iter().find(|a| a.is_err()));
+        server.abort();
+    }
 }
