@@ -2,7 +2,7 @@
 //! [`Pools::update`](crate::pool::Pools::update):
 //!
 //! * static flags (`--worker`, `--pool-worker`), once at startup;
-//! * a worker file, re-read when its content changes ([`file`]);
+//! * a worker file, re-read when its content changes ([`file`](mod@file));
 //! * Kubernetes EndpointSlices of a Service, through kube's runtime watcher ([`k8s`]).
 
 pub(crate) mod file;

@@ -10,7 +10,7 @@
 //! * a query the worker takes: not empty or blank (a merge with one query the worker refuses
 //!   would be refused whole; such a request goes alone and gets the worker's 400).
 //!
-//! And an Open Inference Protocol inference of one text ([`oip`]): `POST
+//! And an Open Inference Protocol inference of one text ([`oip`](fn@oip)): `POST
 //! /v2/models/{model}[/versions/{version}]/infer` whose body the `oip` crate reads as a request
 //! of exactly one text, not blank, without the `logits` output (a `/predict` answer has no
 //! logits), and without Triton's binary tensor header. Its answer is made from the merge's item

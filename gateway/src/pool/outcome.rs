@@ -6,11 +6,11 @@
 //!
 //! | call | outcome | verdict | health effect |
 //! |---|---|---|---|
-//! | any | reused keep-alive connection ended before a byte of answer ([`Error::Stale`]) | sent again at once on a new connection to the same worker ([`send`]); not a retry | none |
-//! | predict | connection failed, request not sent ([`Error::Connect`]) | retry `connect` | failure |
-//! | predict | sent, no complete answer ([`Error::Exchange`]) | retry `dropped`: the worker may have started it, but `/predict` is pure | failure |
-//! | predict | answer over `--max-answer-bytes` ([`Error::TooLarge`]), refused before more is read | retry `malformed`: no worker may send it | failure |
-//! | predict | answer that does not fit the budget of answers held (`--max-buffered-answer-bytes`, [`Error::Budget`]) | 502 `upstream`, not retried (it would take more of the budget) | failure |
+//! | any | reused keep-alive connection ended before a byte of answer ([`Error::Stale`](upstream::Error::Stale)) | sent again at once on a new connection to the same worker ([`send`]); not a retry | none |
+//! | predict | connection failed, request not sent ([`Error::Connect`](upstream::Error::Connect)) | retry `connect` | failure |
+//! | predict | sent, no complete answer ([`Error::Exchange`](upstream::Error::Exchange)) | retry `dropped`: the worker may have started it, but `/predict` is pure | failure |
+//! | predict | answer over `--max-answer-bytes` ([`Error::TooLarge`](upstream::Error::TooLarge)), refused before more is read | retry `malformed`: no worker may send it | failure |
+//! | predict | answer that does not fit the budget of answers held (`--max-buffered-answer-bytes`, [`Error::Budget`](upstream::Error::Budget)) | 502 `upstream`, not retried (it would take more of the budget) | failure |
 //! | predict | 503 | retry `unavailable`: by contract the worker did not start it | with `error_type` `unavailable`: draining (out of rotation at once); else none |
 //! | predict | 429 with a JSON error body | retry `overloaded` (on another worker, only if one is ready now and the request is not heavy; else the 429 goes to the client with its `Retry-After`) | refused: latency estimate raised (bounded), no failure counted |
 //! | predict | other 5xx | retry `server_error`: `/predict` is pure; if none is left, 502 `upstream` (the worker's text is not passed on) | failure |

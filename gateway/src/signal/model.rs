@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Without any capacity ever known (workers that predate it, calibration off and no traffic
-//! yet) the pool falls back to the queue-and-GPU pressure of [`super::fallback`].
+//! yet) the pool falls back to the queue-and-GPU pressure of [`super::worker_pressure`].
 
 use serde::Serialize;
 

@@ -11,7 +11,7 @@
 //! A profile is also cut into *phases* (one per step of `steps`, per term of a sequence...): the
 //! summary and the report give figures per phase, attributed by each request's due time.
 //!
-//! The language is parsed in [`parse`]; see its documentation for the syntax.
+//! The language is parsed in `parse` (`parse.rs`); see its documentation for the syntax.
 
 mod parse;
 

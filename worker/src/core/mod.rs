@@ -354,7 +354,7 @@ fn encode(encoder: &Encoder, q: &str) -> Result<Tokens, tokenizers::Error> {
 }
 
 /// Most tokens `queries` can make: each query is cut to `max_query_tokens`, and each token takes
-/// at least one visible character, besides the two special tokens ([CLS], [SEP]) per query.
+/// at least one visible character, besides the two special tokens (`[CLS]`, `[SEP]`) per query.
 fn token_bound(queries: &[String], max_query_tokens: usize) -> u64 {
     let visible = |q: &String| {
         if q.is_ascii() {

@@ -85,7 +85,7 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// The routes as served: `GET` and `POST /predict` go straight to their handlers, in the same
-/// request context ([`context::in_context`]) and panic guard as the router's layers give every
+/// request context (`context::in_context`) and panic guard as the router's layers give every
 /// route; anything else goes through [`app`]'s router. Same answers either way (the router's own
 /// `/predict` route stays, for `app` in tests); the fast path saves the router's per-request work
 /// (its boxed, cloned route service, the middleware's boxed `Next`, their futures), a few
