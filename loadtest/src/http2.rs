@@ -19,17 +19,16 @@ use tokio::net::TcpStream;
 use crate::http1::Failure;
 use crate::target::Prepared;
 
-/// A connection's receive window, in bytes: answers to every call in flight on it may arrive
-/// before any is read (h2's default, 64 KiB, holds some 400 small gRPC answers; a call's logits
-/// are some 200 bytes more each).
+/// A connection's receive window, in bytes: the answers to every call in flight on it may
+/// arrive before any is read (h2's default, 64 KiB, holds some 600 gRPC answers of one text).
 const CONNECTION_WINDOW: u32 = 8 << 20;
 
 /// The framing overhead of small DATA frames a connection may hold unread, in bytes (each frame
-/// of fewer than 256 bytes counts 256 less its length: a gRPC answer, whose message is a DATA
-/// frame of its own before the trailers, some 200). h2's default, half the window and 32 KiB
-/// with its default window, closes the connection (ENHANCE_YOUR_CALM) once some 150 answers
-/// wait to be read, as they do on a busy load generator with hundreds of calls on one
-/// connection: 4 MiB holds some 20,000.
+/// of fewer than 256 bytes counts 256 less its length: a gRPC answer of one text, whose
+/// message is a DATA frame of its own before the trailers, some 150). With h2's default, half
+/// the window and 32 KiB with its default window, the connection was closed (ENHANCE_YOUR_CALM,
+/// every call on it failed) once some 200 answers waited to be read, as they do on a busy load
+/// generator with hundreds of calls on one connection. 4 MiB holds some 28,000.
 const SMALL_FRAMES_BUDGET: usize = 4 << 20;
 
 /// The HTTP/2 connections of one thread.

@@ -167,15 +167,9 @@ pub(crate) async fn call(state: &AppState, pool: &str, ids: &Ids, call: Call) ->
     let result = async {
         let cfg = &state.pools.ctx().config;
         // As a REST body is read: the limit, and the listener's budget of bodies held.
-        let body = match &state.bodies {
-            Some(bodies) => bodies
-                .collect(http_body_util::Full::new(call.body), cfg.max_body_bytes)
-                .await
-                .map_err(|error| RequestError::Body { error, retry_after_s: cfg.retry_after_s }),
-            None if call.body.len() > cfg.max_body_bytes => Err(RequestError::TooLarge(cfg.max_body_bytes)),
-            None => Ok(call.body),
-        }
-        .inspect_err(|e| state.admission.answered_early(e))?;
+        let body = read_body(state, http_body_util::Full::new(call.body))
+            .await
+            .inspect_err(|e| state.admission.answered_early(e))?;
         let cost = super::cost::estimate_oip(cfg, &body, Some(call.texts));
         let inc = Incoming {
             method: Method::POST,
@@ -209,7 +203,6 @@ where
     B: HttpBody<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
 {
-    let max_body = state.pools.ctx().config.max_body_bytes;
     let (parts, body) = req.into_parts();
     // `/predict?...` is forwarded as it came (a cheap clone of the parsed URI's bytes); other
     // routes (`/pools/{pool}/predict`) become `/predict` with the same query.
@@ -226,15 +219,7 @@ where
             PathAndQuery::try_from(pq).map_err(|e| RequestError::InvalidRequest(format!("bad path: {e}")))?
         }
     };
-    let body = if parts.method == Method::GET {
-        bytes::Bytes::new()
-    } else if let Some(bodies) = &state.bodies {
-        // 413 too large, 408 not in time, 400 malformed (as the worker), 503 budget spent.
-        let retry_after_s = state.pools.ctx().config.retry_after_s;
-        bodies.collect(body, max_body).await.map_err(|error| RequestError::Body { error, retry_after_s })?
-    } else {
-        Limited::new(body, max_body).collect().await.map_err(|_| RequestError::TooLarge(max_body))?.to_bytes()
-    };
+    let body = if parts.method == Method::GET { bytes::Bytes::new() } else { read_body(state, body).await? };
     let cfg = &state.pools.ctx().config;
     // A light request of one query may go to the worker merged with others (`routing::coalesce`).
     // A protocol inference too short to be heavy is read here once, for both its cost (its
@@ -271,6 +256,28 @@ where
         cost,
         single,
     })
+}
+
+/// A request's body, whole, under `--max-body-bytes` and the client listener's deadline and
+/// budget of bodies held: 413 too large, 408 not in time, 400 malformed (as the worker), 503
+/// budget spent. Without the listener's reader (handlers called directly in tests), under
+/// `--max-body-bytes` only.
+async fn read_body<B>(state: &AppState, body: B) -> Result<bytes::Bytes, RequestError>
+where
+    B: HttpBody<Data = bytes::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
+{
+    let cfg = &state.pools.ctx().config;
+    let max_body = cfg.max_body_bytes;
+    match &state.bodies {
+        Some(bodies) => bodies
+            .collect(body, max_body)
+            .await
+            .map_err(|error| RequestError::Body { error, retry_after_s: cfg.retry_after_s }),
+        None => {
+            Ok(Limited::new(body, max_body).collect().await.map_err(|_| RequestError::TooLarge(max_body))?.to_bytes())
+        }
+    }
 }
 
 /// The worker's answer as the client gets it: status, `Content-Type`, `Retry-After`, body. The
