@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Two gateway builds side by side (a before/after of a change) under one protocol: both in front
 # of the same fake worker, each pinned to PROXY_CORE in turn, the bundled load generator and the
-# fake worker on LOAD_CORE, alternating A and B for ROUNDS rounds. Prints each run's req/s, p99
-# and the gateway's CPU per request (from /proc/PID/stat): on a 2-core machine the throughput
-# may be bound by the shared core, the gateway's CPU per request is its own.
+# fake worker on LOAD_CORE, alternating A and B for ROUNDS rounds. Prints each run's req/s, p99,
+# failed requests and the gateway's CPU per request (from /proc/PID/stat): on a 2-core machine
+# the throughput may be bound by the shared core, the gateway's CPU per request is its own.
 #
 #   benches/gateway_ab.sh A_BIN B_BIN                 # PROTOCOL=predict|oip|grpc [grpc]
 #   e.g. git stash; cargo build --release -p gateway; cp target/release/gateway /tmp/gateway-a; ...
@@ -54,8 +54,8 @@ load() {  # VARIANT DURATION [SUMMARY]
 }
 for v in a b; do load "$v" 2s; done
 echo "$PROTOCOL, -c $CONC, $DURATION a run; A $a_bin, B $b_bin; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "| round | build | req/s | p99 ms | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req |"
-echo "|---|---|---|---|---|---|---|"
+echo "| round | build | req/s | p99 ms | failed | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req |"
+echo "|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
   for v in a b; do
     g0=$(cpu_ticks "${pid[$v]}"); w0=$(cpu_ticks "$worker_pid")
@@ -70,7 +70,7 @@ s = json.load(open(sys.argv[1]))["total"]
 n = max(s["requests"], 1)
 per = lambda ticks: int(ticks) / int(sys.argv[5]) / n * 1e6
 lt = (float(sys.argv[8]) - float(sys.argv[7])) / n * 1e6
-print(f"| {sys.argv[2]} | {sys.argv[3]} | {s['throughput_per_s']:.0f} | {s['p99_ms']:.2f} | {per(sys.argv[4]):.1f} | {per(sys.argv[6]):.1f} | {lt:.1f} |")
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {s['throughput_per_s']:.0f} | {s['p99_ms']:.2f} | {s['requests'] - s['ok']} | {per(sys.argv[4]):.1f} | {per(sys.argv[6]):.1f} | {lt:.1f} |")
 PY
   done
 done
