@@ -28,7 +28,7 @@ fn tensors<'a>(call: &InferCall, preds: &'a [Prediction]) -> Result<Vec<(Output,
                     let mut flat = Vec::new();
                     let mut width = 0;
                     for p in preds {
-                        let row = p.logits.as_deref().ok_or_else(|| internal("a prediction without its logits"))?;
+                        let row = logits(p)?;
                         width = row.len();
                         flat.extend_from_slice(row);
                     }
@@ -67,39 +67,75 @@ pub fn rest(model: &str, call: &InferCall, predictions: &[Prediction]) -> Result
 }
 
 /// [`rest`]'s answer written as JSON: the same bytes as `serde_json::to_vec(&rest(...))`,
-/// written directly (no answer built first: the worker's and the gateway's hot path).
+/// written directly (no answer built first: the worker's and the gateway's hot path). The
+/// outputs' names and datatypes are written as the ASCII literals they are; only the model's
+/// name, the id and the labels are escaped.
 pub fn rest_json(model: &str, call: &InferCall, predictions: &[Prediction]) -> Result<Vec<u8>, OipError> {
-    let mut out = Vec::with_capacity(96 + 48 * predictions.len());
-    let string = |out: &mut Vec<u8>, s: &str| serde_json::to_writer(out, s).map_err(|e| internal(&e.to_string()));
+    let mut out = Vec::with_capacity(160 + 48 * predictions.len());
     out.extend_from_slice(b"{\"model_name\":");
-    string(&mut out, model)?;
+    json(&mut out, model)?;
     out.extend_from_slice(b",\"model_version\":");
-    string(&mut out, VERSION)?;
+    json(&mut out, VERSION)?;
     if let Some(id) = &call.id {
         out.extend_from_slice(b",\"id\":");
-        string(&mut out, id)?;
+        json(&mut out, id)?;
     }
     out.extend_from_slice(b",\"outputs\":[");
-    for (i, (o, shape, values)) in tensors(call, predictions)?.into_iter().enumerate() {
+    for (i, &o) in call.outputs.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(b"{\"name\":");
-        string(&mut out, o.name())?;
-        out.extend_from_slice(b",\"shape\":");
-        serde_json::to_writer(&mut out, &shape).map_err(|e| internal(&e.to_string()))?;
-        out.extend_from_slice(b",\"datatype\":");
-        string(&mut out, o.datatype())?;
-        out.extend_from_slice(b",\"data\":");
-        match values {
-            Values::Bytes(v) => serde_json::to_writer(&mut out, &v),
-            Values::Fp32(v) => serde_json::to_writer(&mut out, &v),
+        out.extend_from_slice(b"{\"name\":\"");
+        out.extend_from_slice(o.name().as_bytes());
+        out.extend_from_slice(b"\",\"shape\":[");
+        json(&mut out, &predictions.len())?;
+        match o {
+            Output::Label | Output::Score if call.column => out.extend_from_slice(b",1"),
+            Output::Label | Output::Score => {}
+            Output::Logits => {
+                // As `tensors`: the rows' width is the last row's.
+                let width = predictions.last().map(|p| logits(p).map(<[f32]>::len)).transpose()?;
+                out.push(b',');
+                json(&mut out, &width.unwrap_or(0))?;
+            }
         }
-        .map_err(|e| internal(&e.to_string()))?;
-        out.push(b'}');
+        out.extend_from_slice(b"],\"datatype\":\"");
+        out.extend_from_slice(o.datatype().as_bytes());
+        out.extend_from_slice(b"\",\"data\":[");
+        let mut n = 0;
+        for p in predictions {
+            match o {
+                Output::Label => item(&mut out, &mut n, p.intent.as_str())?,
+                Output::Score => item(&mut out, &mut n, &p.score)?,
+                Output::Logits => {
+                    for x in logits(p)? {
+                        item(&mut out, &mut n, x)?;
+                    }
+                }
+            }
+        }
+        out.extend_from_slice(b"]}");
     }
     out.extend_from_slice(b"]}");
     Ok(out)
+}
+
+fn logits(p: &Prediction) -> Result<&[f32], OipError> {
+    p.logits.as_deref().ok_or_else(|| internal("a prediction without its logits"))
+}
+
+/// `v` written as `serde_json` writes it.
+fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> Result<(), OipError> {
+    serde_json::to_writer(out, v).map_err(|e| internal(&e.to_string()))
+}
+
+/// An array's item `n` (counted from 0), after a comma unless it is the first.
+fn item<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, n: &mut usize, v: &T) -> Result<(), OipError> {
+    if *n > 0 {
+        out.push(b',');
+    }
+    *n += 1;
+    json(out, v)
 }
 
 fn fp32_raw(v: &[f32]) -> Vec<u8> {
@@ -240,5 +276,14 @@ mod tests {
         let mut p = preds();
         p[1].logits = None;
         assert_eq!(rest("m", &call(false, &[Output::Logits]), &p).unwrap_err().error_type, wire::ErrorType::Internal);
+        assert_eq!(
+            rest_json("m", &call(false, &[Output::Logits]), &p).unwrap_err().error_type,
+            wire::ErrorType::Internal
+        );
+        p.swap(0, 1);
+        assert_eq!(
+            rest_json("m", &call(false, &[Output::Logits]), &p).unwrap_err().error_type,
+            wire::ErrorType::Internal
+        );
     }
 }

@@ -68,10 +68,29 @@ impl InferCall {
     }
 
     /// A REST body (JSON) of a `POST .../infer`.
+    ///
+    /// Read first as the request it usually is, without a JSON value built for its data or
+    /// its parameters ([`fast`]); a body that reading refuses is read again as an
+    /// [`InferRequest`], the refusal's words [`InferCall::from_rest`]'s.
     pub fn from_json(body: &[u8]) -> Result<Self, OipError> {
+        if let Ok(req) = serde_json::from_slice::<fast::Request<'_>>(body) {
+            return Self::from_fast(req);
+        }
         let req: InferRequest =
             serde_json::from_slice(body).map_err(|e| OipError::invalid(format!("not an inference request: {e}")))?;
         Self::from_rest(req)
+    }
+
+    /// [`InferCall::from_rest`]'s checks, in its order, on a request read by [`fast`].
+    fn from_fast(req: fast::Request<'_>) -> Result<Self, OipError> {
+        let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_ref()))?;
+        let mut inputs = req.inputs;
+        one_input(&inputs, |i| i.name.as_ref())?;
+        let input = inputs.pop().expect("one input");
+        check_tensor(&input.datatype, &input.shape)?;
+        let texts = input.data.0;
+        let column = check_count(&input.shape, texts.len())?;
+        Ok(Self { id: req.id.filter(|id| !id.is_empty()), texts, column, outputs })
     }
 
     pub fn from_rest(req: InferRequest) -> Result<Self, OipError> {
@@ -148,6 +167,110 @@ impl InferCall {
             outputs: Some(
                 self.outputs.iter().map(|o| RequestedOutput { name: o.name().to_owned(), parameters: None }).collect(),
             ),
+        }
+    }
+}
+
+/// An inference request as it usually comes, read without intermediate JSON values: names
+/// borrowed from the body where they need no unescaping, the data's strings straight into the
+/// texts, parameters skipped (checked to be objects, as [`InferRequest`] has them). Whatever it
+/// refuses, [`InferRequest`] reads again (and words the refusal).
+mod fast {
+    use std::borrow::Cow;
+    use std::fmt;
+
+    use serde::Deserialize;
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    #[derive(Deserialize)]
+    pub(super) struct Request<'a> {
+        #[serde(default)]
+        pub(super) id: Option<String>,
+        #[serde(default, rename = "parameters")]
+        _parameters: Option<Object>,
+        #[serde(borrow)]
+        pub(super) inputs: Vec<Input<'a>>,
+        #[serde(default, borrow)]
+        pub(super) outputs: Option<Vec<Requested<'a>>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Input<'a> {
+        #[serde(borrow)]
+        pub(super) name: Cow<'a, str>,
+        pub(super) shape: Vec<i64>,
+        #[serde(borrow)]
+        pub(super) datatype: Cow<'a, str>,
+        #[serde(default, rename = "parameters")]
+        _parameters: Option<Object>,
+        pub(super) data: Texts,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Requested<'a> {
+        #[serde(borrow)]
+        pub(super) name: Cow<'a, str>,
+        #[serde(default, rename = "parameters")]
+        _parameters: Option<Object>,
+    }
+
+    /// A JSON object, skipped.
+    struct Object;
+
+    impl<'de> Deserialize<'de> for Object {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Object;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object, A::Error> {
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(Object)
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+
+    /// A tensor's strings, row-major: a string, or an array of strings or of such arrays.
+    pub(super) struct Texts(pub(super) Vec<String>);
+
+    impl<'de> Deserialize<'de> for Texts {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let mut texts = Vec::new();
+            Flatten(&mut texts).deserialize(d)?;
+            Ok(Texts(texts))
+        }
+    }
+
+    /// Pushes the strings of one JSON value onto its vector.
+    struct Flatten<'v>(&'v mut Vec<String>);
+
+    impl<'de> DeserializeSeed<'de> for Flatten<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Flatten<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("strings")
+        }
+        fn visit_str<E>(self, s: &str) -> Result<(), E> {
+            self.0.push(s.to_owned());
+            Ok(())
+        }
+        fn visit_string<E>(self, s: String) -> Result<(), E> {
+            self.0.push(s);
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element_seed(Flatten(&mut *self.0))?.is_some() {}
+            Ok(())
         }
     }
 }
@@ -288,6 +411,48 @@ mod tests {
         let mut body = input("text", [1].into(), "BYTES", serde_json::json!(["a"]));
         body["outputs"] = serde_json::json!([{"name": "probabilities"}]);
         assert!(rest(body).unwrap_err().message.contains("unknown output"));
+    }
+
+    /// The body read as an [`InferRequest`] first, as before the fast reading.
+    fn slow(body: &str) -> Result<InferCall, OipError> {
+        let req: InferRequest =
+            serde_json::from_str(body).map_err(|e| OipError::invalid(format!("not an inference request: {e}")))?;
+        InferCall::from_rest(req)
+    }
+
+    #[test]
+    fn the_fast_reading_takes_what_the_full_one_takes_and_refuses_with_its_words() {
+        let bodies = [
+            // Taken by the fast reading.
+            r#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["play jazz"]}]}"#,
+            r#"{"id":"r\"1","parameters":{"a":[1,{"b":null}]},"inputs":[{"name":"te\u0078t","shape":[2,1],"datatype":"BYTES","parameters":{},"data":[["a\n"],["\ud83d\ude00"]]}],"outputs":[{"name":"score","parameters":{"binary_data":false}},{"name":"score"}],"extra":1}"#,
+            r#"{"id":null,"parameters":null,"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":"one"}],"outputs":null}"#,
+            r#"{"id":"","inputs":[{"name":"text","shape":[3],"datatype":"BYTES","data":[[["a"]],["b"],"c"]}],"outputs":[]}"#,
+            // Read by both, refused by the checks.
+            r#"{"inputs":[{"name":"text","shape":[2],"datatype":"BYTES","data":["a"]}]}"#,
+            r#"{"inputs":[{"name":"txt","shape":[1],"datatype":"BYTES","data":["a"]}],"outputs":[{"name":"nope"}]}"#,
+            r#"{"inputs":[{"name":"text","shape":[1],"datatype":"FP32","data":["a"]}]}"#,
+            r#"{"inputs":[]}"#,
+            // Refused by the fast reading: the full one words it.
+            r#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":[3]}]}"#,
+            r#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES"}]}"#,
+            r#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":{"a":"b"}}]}"#,
+            r#"{"parameters":[],"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}"#,
+            r#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"],"parameters":3}]}"#,
+            r#"{"id":"a","id":"b","inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}"#,
+            r#"{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]"#,
+            r#"{"inputs":[{"name":"text","shape":["1"],"datatype":"BYTES","data":["a"]}]}"#,
+            "not json",
+        ];
+        for body in bodies {
+            assert_eq!(InferCall::from_json(body.as_bytes()), slow(body), "{body}");
+        }
+        // The usual request is the fast reading's, its names borrowed from the body.
+        let req: fast::Request<'_> = serde_json::from_str(bodies[0]).unwrap();
+        assert!(matches!(req.inputs[0].name, std::borrow::Cow::Borrowed("text")));
+        assert_eq!(req.inputs[0].data.0, ["play jazz"]);
+        assert!(serde_json::from_str::<fast::Request<'_>>(bodies[3]).is_ok());
+        assert!(serde_json::from_str::<fast::Request<'_>>(bodies[8]).is_err());
     }
 
     #[test]

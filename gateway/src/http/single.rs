@@ -60,7 +60,7 @@ pub(super) fn oip_request(
     body: &[u8],
 ) -> Option<(String, Option<String>, oip::InferCall)> {
     let (model, version) = infer_route(path)?;
-    if headers.contains_key("inference-header-content-length") {
+    if headers.contains_key(&BINARY_HEADER) {
         return None;
     }
     Some((model, version, oip::InferCall::from_json(body).ok()?))
@@ -87,6 +87,9 @@ pub(crate) fn oip_call(
     Single::oip(&text, tokens, OipSingle { model, version, call, reply })
 }
 
+/// Triton's binary tensor extension's header (the header map is searched by name, not parsed).
+static BINARY_HEADER: http::HeaderName = http::HeaderName::from_static("inference-header-content-length");
+
 /// The model and version of an inference route, `/v2/models/{model}[/versions/{version}]/infer`,
 /// percent-decoded as the worker's router decodes path parameters.
 fn infer_route(path: &str) -> Option<(String, Option<String>)> {
@@ -96,8 +99,9 @@ fn infer_route(path: &str) -> Option<(String, Option<String>)> {
             .then(|| percent_encoding::percent_decode_str(s).decode_utf8().ok().map(|c| c.into_owned()))
             .flatten()
     };
-    match rest.split_once("/versions/") {
-        Some((model, version)) => Some((decode(model)?, Some(decode(version)?))),
+    // Split at the first `/` (neither name holds one): cheaper than a search for "/versions/".
+    match rest.split_once('/') {
+        Some((model, tail)) => Some((decode(model)?, Some(decode(tail.strip_prefix("versions/")?)?))),
         None => Some((decode(rest)?, None)),
     }
 }
@@ -201,6 +205,9 @@ mod tests {
             "/v2/models//infer",
             "/v2/models/a/b/infer",
             "/v2/models/m/versions//infer",
+            "/v2/models/m/versions/1/2/infer",
+            "/v2/models/m/version/1/infer",
+            "/v2/models/a/b/versions/1/infer",
         ] {
             assert_eq!(oip_req(path, ONE), None, "{path}");
         }
