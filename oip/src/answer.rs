@@ -17,26 +17,36 @@ enum Values<'a> {
 }
 
 fn tensors<'a>(call: &InferCall, preds: &'a [Prediction]) -> Result<Vec<(Output, Vec<i64>, Values<'a>)>, OipError> {
-    let rows = if call.column { vec![preds.len() as i64, 1] } else { vec![preds.len() as i64] };
     call.outputs
         .iter()
         .map(|&o| {
-            Ok(match o {
-                Output::Label => (o, rows.clone(), Values::Bytes(preds.iter().map(|p| p.intent.as_str()).collect())),
-                Output::Score => (o, rows.clone(), Values::Fp32(preds.iter().map(|p| p.score).collect())),
+            let values = match o {
+                Output::Label => Values::Bytes(preds.iter().map(|p| p.intent.as_str()).collect()),
+                Output::Score => Values::Fp32(preds.iter().map(|p| p.score).collect()),
                 Output::Logits => {
                     let mut flat = Vec::new();
-                    let mut width = 0;
                     for p in preds {
-                        let row = logits(p)?;
-                        width = row.len();
-                        flat.extend_from_slice(row);
+                        flat.extend_from_slice(logits(p)?);
                     }
-                    (o, vec![preds.len() as i64, width as i64], Values::Fp32(flat))
+                    Values::Fp32(flat)
                 }
-            })
+            };
+            Ok((o, shape(call, o, preds)?, values))
         })
         .collect()
+}
+
+/// Output `o`'s shape: `[N]`, or `[N, 1]` for `label` and `score` when the input was a column;
+/// `[N, width]` for `logits`, the width the last row's (0 without rows).
+fn shape(call: &InferCall, o: Output, preds: &[Prediction]) -> Result<Vec<i64>, OipError> {
+    let n = preds.len() as i64;
+    Ok(match o {
+        Output::Label | Output::Score if call.column => vec![n, 1],
+        Output::Label | Output::Score => vec![n],
+        Output::Logits => {
+            vec![n, preds.last().map(|p| logits(p).map(|row| row.len() as i64)).transpose()?.unwrap_or(0)]
+        }
+    })
 }
 
 fn internal(what: &str) -> OipError {
@@ -87,19 +97,9 @@ pub fn rest_json(model: &str, call: &InferCall, predictions: &[Prediction]) -> R
         }
         out.extend_from_slice(b"{\"name\":\"");
         out.extend_from_slice(o.name().as_bytes());
-        out.extend_from_slice(b"\",\"shape\":[");
-        json(&mut out, &predictions.len())?;
-        match o {
-            Output::Label | Output::Score if call.column => out.extend_from_slice(b",1"),
-            Output::Label | Output::Score => {}
-            Output::Logits => {
-                // As `tensors`: the rows' width is the last row's.
-                let width = predictions.last().map(|p| logits(p).map(<[f32]>::len)).transpose()?;
-                out.push(b',');
-                json(&mut out, &width.unwrap_or(0))?;
-            }
-        }
-        out.extend_from_slice(b"],\"datatype\":\"");
+        out.extend_from_slice(b"\",\"shape\":");
+        json(&mut out, &shape(call, o, predictions)?)?;
+        out.extend_from_slice(b",\"datatype\":\"");
         out.extend_from_slice(o.datatype().as_bytes());
         out.extend_from_slice(b"\",\"data\":[");
         let mut n = 0;
@@ -129,7 +129,8 @@ fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> Result<(), Oi
     serde_json::to_writer(out, v).map_err(|e| internal(&e.to_string()))
 }
 
-/// An array's item `n` (counted from 0), after a comma unless it is the first.
+/// `v` as the next item of an array of which `n` items are written (a comma before it unless
+/// it is the first).
 fn item<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, n: &mut usize, v: &T) -> Result<(), OipError> {
     if *n > 0 {
         out.push(b',');

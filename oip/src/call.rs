@@ -84,36 +84,29 @@ impl InferCall {
     /// [`InferCall::from_rest`]'s checks, in its order, on a request read by [`fast`].
     fn from_fast(req: fast::Request<'_>) -> Result<Self, OipError> {
         let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_ref()))?;
-        let mut inputs = req.inputs;
-        one_input(&inputs, |i| i.name.as_ref())?;
-        let input = inputs.pop().expect("one input");
-        check_tensor(&input.datatype, &input.shape)?;
-        let texts = input.data.0;
-        let column = check_count(&input.shape, texts.len())?;
+        let input = one_input(req.inputs, |i| i.name.as_ref())?;
+        let (texts, column) = text_input(&input.datatype, &input.shape, || Ok(input.data.0))?;
         Ok(Self { id: req.id.filter(|id| !id.is_empty()), texts, column, outputs })
     }
 
     pub fn from_rest(req: InferRequest) -> Result<Self, OipError> {
         let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_str()))?;
-        let mut inputs = req.inputs;
-        one_input(&inputs, |i| i.name.as_str())?;
-        let input = inputs.pop().expect("one input");
-        check_tensor(&input.datatype, &input.shape)?;
-        let mut texts = Vec::new();
-        flatten(input.data, &mut texts)?;
-        let column = check_count(&input.shape, texts.len())?;
+        let input = one_input(req.inputs, |i| i.name.as_str())?;
+        let (texts, column) = text_input(&input.datatype, &input.shape, || {
+            let mut texts = Vec::new();
+            flatten(input.data, &mut texts).map(|()| texts)
+        })?;
         Ok(Self { id: req.id.filter(|id| !id.is_empty()), texts, column, outputs })
     }
 
     pub fn from_pb(req: ModelInferRequest) -> Result<Self, OipError> {
-        let input = one_input(&req.inputs, |i: &InferInputTensor| i.name.as_str())?;
-        check_tensor(&input.datatype, &input.shape)?;
-        let texts = match (req.raw_input_contents.first(), &input.contents) {
-            (Some(raw), _) => decode_raw_bytes(raw)?,
-            (None, Some(c)) => c.bytes_contents.iter().map(|b| utf8(b.clone())).collect::<Result<_, _>>()?,
-            (None, None) => return Err(OipError::invalid("input \"text\" has no contents")),
-        };
-        let column = check_count(&input.shape, texts.len())?;
+        let input = one_input(req.inputs, |i: &InferInputTensor| i.name.as_str())?;
+        let (texts, column) =
+            text_input(&input.datatype, &input.shape, || match (req.raw_input_contents.first(), input.contents) {
+                (Some(raw), _) => decode_raw_bytes(raw),
+                (None, Some(c)) => c.bytes_contents.into_iter().map(utf8).collect(),
+                (None, None) => Err(OipError::invalid("input \"text\" has no contents")),
+            })?;
         let outputs = outputs(req.outputs.iter().map(|o| o.name.as_str()))?;
         Ok(Self { id: Some(req.id).filter(|id| !id.is_empty()), texts, column, outputs })
     }
@@ -275,12 +268,26 @@ mod fast {
     }
 }
 
-fn one_input<T>(inputs: &[T], name: impl Fn(&T) -> &str) -> Result<&T, OipError> {
-    match inputs {
-        [one] if name(one) == INPUT => Ok(one),
-        [one] => Err(OipError::invalid(format!("unknown input {:?}: the model's input is \"text\"", name(one)))),
-        _ => Err(OipError::invalid(format!("expected one input, \"text\"; got {}", inputs.len()))),
+/// The request's one input, `text`.
+fn one_input<T>(inputs: Vec<T>, name: impl Fn(&T) -> &str) -> Result<T, OipError> {
+    match <[T; 1]>::try_from(inputs) {
+        Ok([one]) if name(&one) == INPUT => Ok(one),
+        Ok([one]) => Err(OipError::invalid(format!("unknown input {:?}: the model's input is \"text\"", name(&one)))),
+        Err(inputs) => Err(OipError::invalid(format!("expected one input, \"text\"; got {}", inputs.len()))),
     }
+}
+
+/// Input `text`'s strings (`read` once its datatype and shape are checked) and whether it is a
+/// column (`[N, 1]`), once their count matches its shape: the checks of a request however read.
+fn text_input(
+    datatype: &str,
+    shape: &[i64],
+    read: impl FnOnce() -> Result<Vec<String>, OipError>,
+) -> Result<(Vec<String>, bool), OipError> {
+    check_tensor(datatype, shape)?;
+    let texts = read()?;
+    let column = check_count(shape, texts.len())?;
+    Ok((texts, column))
 }
 
 fn check_tensor(datatype: &str, shape: &[i64]) -> Result<(), OipError> {
