@@ -99,6 +99,23 @@ impl InferCall {
         Ok(Self { id: req.id.filter(|id| !id.is_empty()), texts, column, outputs })
     }
 
+    /// A `ModelInferRequest`'s encoded bytes, read in place as the request usually comes
+    /// ([`fast_pb`]): its model's name and version, borrowed from `msg`, and the call or why it
+    /// is refused, as [`InferCall::from_pb`] reads and checks it. `None` when that reading
+    /// refuses `msg`: decode it with prost then, which takes or refuses it (and words why).
+    pub fn from_pb_bytes(msg: &[u8]) -> Option<PbCall<'_>> {
+        let r = fast_pb::read(msg)?;
+        let call = input_named(r.input.name).and_then(|()| {
+            let (texts, column) = text_input(r.input.datatype, &r.input.shape, || match r.raw {
+                Some(raw) => decode_raw_bytes(raw),
+                None => Err(OipError::invalid("input \"text\" has no contents")),
+            })?;
+            let outputs = outputs(r.outputs.iter().copied())?;
+            Ok(Self { id: Some(r.id).filter(|id| !id.is_empty()).map(str::to_owned), texts, column, outputs })
+        });
+        Some(PbCall { model_name: r.model_name, model_version: r.model_version, call })
+    }
+
     pub fn from_pb(req: ModelInferRequest) -> Result<Self, OipError> {
         let input = one_input(req.inputs, |i: &InferInputTensor| i.name.as_str())?;
         let (texts, column) =
@@ -163,6 +180,17 @@ impl InferCall {
         }
     }
 }
+
+/// A gRPC inference's model and call, read from its encoded message by
+/// [`InferCall::from_pb_bytes`].
+#[derive(Debug, PartialEq)]
+pub struct PbCall<'a> {
+    pub model_name: &'a str,
+    pub model_version: &'a str,
+    pub call: Result<InferCall, OipError>,
+}
+
+mod fast_pb;
 
 /// An inference request as it usually comes, read without intermediate JSON values: names
 /// borrowed from the body where they need no unescaping, the data's strings straight into the
@@ -271,10 +299,16 @@ mod fast {
 /// The request's one input, `text`.
 fn one_input<T>(inputs: Vec<T>, name: impl Fn(&T) -> &str) -> Result<T, OipError> {
     match <[T; 1]>::try_from(inputs) {
-        Ok([one]) if name(&one) == INPUT => Ok(one),
-        Ok([one]) => Err(OipError::invalid(format!("unknown input {:?}: the model's input is \"text\"", name(&one)))),
+        Ok([one]) => input_named(name(&one)).map(|()| one),
         Err(inputs) => Err(OipError::invalid(format!("expected one input, \"text\"; got {}", inputs.len()))),
     }
+}
+
+fn input_named(name: &str) -> Result<(), OipError> {
+    if name == INPUT {
+        return Ok(());
+    }
+    Err(OipError::invalid(format!("unknown input {name:?}: the model's input is \"text\"")))
 }
 
 /// Input `text`'s strings (`read` once its datatype and shape are checked) and whether it is a
@@ -511,5 +545,122 @@ mod tests {
         assert!(decode_raw_bytes(&[1, 0, 0, 0, 0xff]).is_err());
         let req = ModelInferRequest { inputs: vec![tensor(None)], ..Default::default() };
         assert!(InferCall::from_pb(req).unwrap_err().message.contains("no contents"));
+    }
+
+    /// What prost's reading and [`InferCall::from_pb`] make of an encoded message.
+    fn slow_pb(msg: &[u8]) -> Result<(String, String, Result<InferCall, OipError>), prost::DecodeError> {
+        let mut r = <ModelInferRequest as prost::Message>::decode(msg)?;
+        let (model, version) = (std::mem::take(&mut r.model_name), std::mem::take(&mut r.model_version));
+        Ok((model, version, InferCall::from_pb(r)))
+    }
+
+    #[test]
+    fn the_in_place_pb_reading_takes_what_prost_takes_and_leaves_it_the_rest() {
+        use prost::Message;
+        let input = |name: &str, datatype: &str, shape: Vec<i64>| InferInputTensor {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape,
+            parameters: Default::default(),
+            contents: None,
+        };
+        let output = |name: &str| InferRequestedOutputTensor { name: name.into(), parameters: Default::default() };
+        let req = |inputs, raw: Vec<Vec<u8>>, outputs| ModelInferRequest {
+            model_name: "snips-minilm-l6".into(),
+            inputs,
+            raw_input_contents: raw,
+            outputs,
+            ..Default::default()
+        };
+        let one = || vec![input("text", "BYTES", vec![1])];
+        let jazz = || vec![encode_raw_bytes(["play jazz"])];
+        let usual = req(one(), jazz(), vec![]).encode_to_vec();
+        let param = || crate::pb::InferParameter {
+            parameter_choice: Some(crate::pb::infer_parameter::ParameterChoice::BoolParam(true)),
+        };
+        let mut taken: Vec<Vec<u8>> = vec![
+            usual.clone(),
+            ModelInferRequest {
+                model_version: "1".into(),
+                id: "r\"1".into(),
+                ..req(
+                    vec![input("text", "BYTES", vec![2, 1])],
+                    vec![encode_raw_bytes(["a", "ÉTÉ"]), b"ignored".to_vec()],
+                    vec![output("score"), output("label"), output("score")],
+                )
+            }
+            .encode_to_vec(),
+            // Read, and refused by the checks as from_pb refuses them.
+            req(vec![input("txt", "BYTES", vec![1])], jazz(), vec![]).encode_to_vec(),
+            req(vec![input("text", "FP32", vec![1])], jazz(), vec![]).encode_to_vec(),
+            req(vec![input("text", "BYTES", vec![2])], jazz(), vec![]).encode_to_vec(),
+            req(vec![input("text", "BYTES", vec![1, 2])], jazz(), vec![]).encode_to_vec(),
+            req(vec![input("text", "BYTES", vec![0])], vec![vec![]], vec![]).encode_to_vec(),
+            req(one(), vec![], vec![]).encode_to_vec(),
+            req(one(), vec![vec![9, 0, 0, 0, b'a']], vec![]).encode_to_vec(),
+            req(one(), vec![vec![1, 0, 0, 0, 0xff]], vec![]).encode_to_vec(),
+            req(one(), jazz(), vec![output("nope")]).encode_to_vec(),
+            req(one(), jazz(), vec![output("")]).encode_to_vec(),
+        ];
+        // The shape unpacked (field 3 as varints, one each), which prost reads too.
+        let mut unpacked = vec![0x2a, 12, 0x0a, 4];
+        unpacked.extend_from_slice(b"text");
+        unpacked.extend_from_slice(&[0x12, 5]);
+        unpacked.extend_from_slice(b"BYTES");
+        unpacked.extend_from_slice(&[0x18, 1]);
+        unpacked[1] = (unpacked.len() - 2) as u8;
+        prost::encoding::bytes::encode(7, &jazz()[0], &mut unpacked);
+        taken.push(unpacked);
+        for msg in &taken {
+            let fast = InferCall::from_pb_bytes(msg).unwrap_or_else(|| panic!("refused by the fast reading: {msg:?}"));
+            let (model, version, call) = slow_pb(msg).unwrap();
+            assert_eq!((fast.model_name, fast.model_version, &fast.call), (model.as_str(), version.as_str(), &call));
+        }
+        let fast = InferCall::from_pb_bytes(&taken[1]).unwrap();
+        assert_eq!((fast.model_version, fast.call.as_ref().unwrap().id.as_deref()), ("1", Some("r\"1")));
+        assert_eq!(fast.call.unwrap().texts, ["a", "ÉTÉ"]);
+        assert_eq!(InferCall::from_pb_bytes(&taken[12]).unwrap().call.unwrap().texts, ["play jazz"]);
+
+        // Left to prost, which takes them or words the refusal.
+        let mut with_params = req(one(), jazz(), vec![]);
+        with_params.parameters.insert("priority".into(), param());
+        let mut input_params = req(one(), jazz(), vec![]);
+        input_params.inputs[0].parameters.insert("binary_data".into(), param());
+        let mut typed = req(one(), vec![], vec![]);
+        typed.inputs[0].contents =
+            Some(InferTensorContents { bytes_contents: vec![b"play jazz".to_vec()], ..Default::default() });
+        let mut twice = usual.clone();
+        prost::encoding::string::encode(1, &"other".to_owned(), &mut twice);
+        let mut unknown = usual.clone();
+        prost::encoding::string::encode(9, &"x".to_owned(), &mut unknown);
+        let mut not_utf8 = vec![0x0a, 2, 0xc3, 0x28];
+        not_utf8.extend_from_slice(&usual);
+        let left: Vec<Vec<u8>> = vec![
+            with_params.encode_to_vec(),
+            input_params.encode_to_vec(),
+            typed.encode_to_vec(),
+            req(vec![], jazz(), vec![]).encode_to_vec(),
+            req(vec![input("text", "BYTES", vec![1]), input("text", "BYTES", vec![1])], jazz(), vec![]).encode_to_vec(),
+            twice,
+            unknown,
+            not_utf8,
+            usual[..usual.len() - 3].to_vec(),
+            vec![0x08, 1],
+            vec![0x00],
+        ];
+        for msg in &left {
+            assert!(InferCall::from_pb_bytes(msg).is_none(), "taken by the fast reading: {msg:?}");
+        }
+        // What prost makes of them: two taken, the others refused by the checks or the decoder.
+        let (model, _, call) = slow_pb(&left[0]).unwrap();
+        assert_eq!((model.as_str(), call.unwrap().texts), ("snips-minilm-l6", vec!["play jazz".to_owned()]));
+        assert_eq!(slow_pb(&left[2]).unwrap().2.unwrap().texts, ["play jazz"]);
+        assert!(slow_pb(&left[3]).unwrap().2.unwrap_err().message.contains("got 0"));
+        assert!(slow_pb(&left[4]).unwrap().2.unwrap_err().message.contains("got 2"));
+        assert_eq!(slow_pb(&left[5]).unwrap().0, "other", "prost keeps a field's last value");
+        assert!(slow_pb(&left[6]).unwrap().2.is_ok(), "an unknown field is skipped");
+        for i in [7, 8, 9, 10] {
+            assert!(slow_pb(&left[i]).is_err(), "{i}: not a message prost reads");
+        }
     }
 }
