@@ -317,16 +317,23 @@ mod tests {
         assert_eq!(via_rest, direct);
     }
 
-    #[test]
-    fn the_written_answer_is_the_serialized_one_byte_for_byte() {
+    /// [`preds`] with a label to escape, a tiny score and a NaN.
+    fn odd_preds() -> Vec<Prediction> {
         let mut odd = preds();
         odd[0].intent = "Play \"Music\"\n\u{1F600}".into();
         odd[0].score = 1e-7;
         odd[1].score = f32::NAN;
-        for p in [preds(), odd] {
-            for outputs in
-                [&Output::DEFAULT[..], &Output::ALL[..], &[Output::Score][..], &[Output::Logits, Output::Label][..]]
-            {
+        odd
+    }
+
+    /// Outputs asked for, as the byte-for-byte tests vary them.
+    const OUTPUT_SETS: [&[Output]; 4] =
+        [&Output::DEFAULT, &Output::ALL, &[Output::Score], &[Output::Logits, Output::Label]];
+
+    #[test]
+    fn the_written_answer_is_the_serialized_one_byte_for_byte() {
+        for p in [preds(), odd_preds()] {
+            for outputs in OUTPUT_SETS {
                 for (column, id) in [(false, Some("r")), (true, None), (false, Some("\"q\"\\"))] {
                     let c = InferCall { id: id.map(str::to_owned), ..call(column, outputs) };
                     let want = serde_json::to_vec(&rest("m\"x", &c, &p).unwrap()).unwrap();
@@ -342,17 +349,12 @@ mod tests {
     #[test]
     fn the_written_grpc_answer_is_the_encoded_one_byte_for_byte() {
         use prost::Message;
-        let mut odd = preds();
-        odd[0].intent = "Play \"Music\"\n\u{1F600}".into();
-        odd[0].score = 1e-7;
-        odd[1].score = f32::NAN;
+        let mut odd = odd_preds();
         odd[1].logits = Some(vec![-1.5; 200]);
         let mut wide = preds();
         wide[0].intent = "x".repeat(300);
         for p in [preds(), odd, wide, preds()[..1].to_vec(), Vec::new()] {
-            for outputs in
-                [&Output::DEFAULT[..], &Output::ALL[..], &[Output::Score][..], &[Output::Logits, Output::Label][..]]
-            {
+            for outputs in OUTPUT_SETS {
                 for (column, id, model) in
                     [(false, Some("r"), "m"), (true, None, ""), (false, Some(""), "snips-minilm-l6")]
                 {
