@@ -16,7 +16,9 @@
 # each process spent per request is printed beside it (the gateway's core and the shared core
 # are each near saturation or not: that says which side bounds a protocol's throughput), and the
 # share of the requests the gateway sent to the worker merged with others (`routing::coalesce`,
-# from its `gateway_coalesced_requests_total`).
+# from its `gateway_coalesced_requests_total`), the worker exchanges a request (merges and
+# requests sent alone), and how busy each core was (/proc/stat: a core not near 100 % while the
+# other is waits on it, as when the processes take turns instead of overlapping).
 # Goals: OIP REST within 10 % of /predict's throughput, gRPC at least /predict's; each row says
 # how far it is from the same round's /predict (`vs /predict`).
 set -euo pipefail
@@ -44,8 +46,9 @@ run() {  # PROTOCOL ROUND
   local proto=$1 url=$gateway args
   protocol_args "$proto" "$GRPC_CONNS"
   [ "$proto" = grpc ] && url=$grpc
-  local g0 w0 g1 w1 m0 m1
-  g0=$(cpu_ticks "$gateway_pid"); w0=$(cpu_ticks "$worker_pid"); m0=$(merged "$admin")
+  local g0 w0 g1 w1 m0 m1 x0 x1 p0 p1 l0 l1
+  g0=$(cpu_ticks "$gateway_pid"); w0=$(cpu_ticks "$worker_pid"); m0=$(merged "$admin"); x0=$(merges "$admin")
+  p0=$(core_jiffies "$PROXY_CORE"); l0=$(core_jiffies "$LOAD_CORE")
   # The load generator's CPU: the shell's reaped children's times before and after it (`times`
   # run in this shell, not a subshell, whose children would be its own).
   times >"$out/times0"
@@ -53,9 +56,11 @@ run() {  # PROTOCOL ROUND
   taskset -c "$LOAD_CORE" "$bin/loadtest" --url "$url" "${args[@]}" -c "$CONC" -d "$DURATION" --warmup 0s \
     --threads 1 --progress never --summary "$out/$proto-$2.json" >/dev/null
   times >"$out/times1"
-  g1=$(cpu_ticks "$gateway_pid"); w1=$(cpu_ticks "$worker_pid"); m1=$(merged "$admin")
+  g1=$(cpu_ticks "$gateway_pid"); w1=$(cpu_ticks "$worker_pid"); m1=$(merged "$admin"); x1=$(merges "$admin")
+  p1=$(core_jiffies "$PROXY_CORE"); l1=$(core_jiffies "$LOAD_CORE")
   python3 - "$out/$proto-$2.json" "$proto" "$2" "$((g1 - g0))" "$((w1 - w0))" "$(getconf CLK_TCK)" \
-    "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" "$out" "$((m1 - m0))" <<'PY'
+    "$(children_cpu "$out/times0")" "$(children_cpu "$out/times1")" "$out" "$((m1 - m0))" "$((x1 - x0))" \
+    "$p0" "$p1" "$l0" "$l1" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["total"]
 n, hz = max(s["requests"], 1), int(sys.argv[6])
@@ -72,7 +77,14 @@ else:
         vs = f"{(rate / float(open(base).read()) - 1) * 100:+.1f} %"
     except (OSError, ValueError, ZeroDivisionError):
         vs = "?"
-print(f"| {sys.argv[3]} | {sys.argv[2]} | {rate:.0f} | {vs} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} | {lt:.0f} | {int(sys.argv[10]) / n * 100:.0f} % |")
+merged, merges = int(sys.argv[10]), int(sys.argv[11])
+# Worker exchanges a request: the merges, and each request sent alone (those not merged).
+exchanges = (merges + max(n - merged, 0)) / n
+def busy(before, after):
+    (b0, i0), (b1, i1) = (map(int, x.split()) for x in (before, after))
+    return (b1 - b0) / max((b1 - b0) + (i1 - i0), 1) * 100
+proxy, load = busy(sys.argv[12], sys.argv[13]), busy(sys.argv[14], sys.argv[15])
+print(f"| {sys.argv[3]} | {sys.argv[2]} | {rate:.0f} | {vs} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} | {bad} | {gw:.0f} | {wk:.0f} | {lt:.0f} | {merged / n * 100:.0f} % | {exchanges:.3f} | {proxy:.0f} % | {load:.0f} % |")
 PY
 }
 
@@ -80,8 +92,8 @@ echo "gateway on core $PROXY_CORE; fake worker and loadtest on core $LOAD_CORE; 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 # One unmeasured run of each first: connections, pools and caches warm.
 for proto in predict oip grpc; do DURATION=2s run "$proto" 0 >/dev/null; done
-echo "| round | protocol | req/s | vs /predict | p50 ms | p99 ms | failed | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req | merged |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| round | protocol | req/s | vs /predict | p50 ms | p99 ms | failed | gateway CPU us/req | worker CPU us/req | loadtest CPU us/req | merged | worker exchanges/req | gateway core busy | shared core busy |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for round in $(seq 1 "$REPEAT"); do
   for proto in predict oip grpc; do
     run "$proto" "$round"

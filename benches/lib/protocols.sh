@@ -45,3 +45,11 @@ children_cpu() { awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s 
 # Requests the gateway at admin URL $1 has sent merged with others (its
 # `gateway_coalesced_requests_total`, 0 when none).
 merged() { curl -sf "$1/metrics" | awk '/^gateway_coalesced_requests_total/ { s += $2 } END { print s + 0 }'; }
+
+# The merged exchanges the gateway at admin URL $1 has sent (its
+# `gateway_coalesced_exchanges_total`, 0 when none).
+merges() { curl -sf "$1/metrics" | awk '/^gateway_coalesced_exchanges_total/ { s += $2 } END { print s + 0 }'; }
+
+# Core $1's busy and idle jiffies so far (/proc/stat: user, nice, system, irq, softirq, steal
+# busy; idle and iowait idle), as "BUSY IDLE".
+core_jiffies() { awk -v c="cpu$1" '$1 == c { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
