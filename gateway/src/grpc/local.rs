@@ -12,20 +12,28 @@
 //! gone, as when a request's client goes away (its admission freed, a merge it waits for goes
 //! without it).
 //!
+//! Each turn of the task polls the connection only when the connection asked to be polled (its
+//! own waker: frames came, an answer is to be written, a timer), not on every turn a call takes.
+//! On a runtime of one thread, new calls are started one a turn: the exchange a call spawns
+//! for the worker then goes out before the next call is read, and the worker works while the
+//! gateway reads the rest of a burst, not after it (see [`Exec::run`]).
+//!
 //! The price: one connection's calls are bound by one thread. A few very busy connections (one
 //! or two clients sending tens of thousands of calls a second) are served faster with a task a
 //! call, spread over the runtime's threads, at more CPU a call: `--grpc-call-tasks`
 //! ([`Exec::Tasks`]; `benches/RESULTS.md` has both, measured).
 
+use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
-use futures::task::AtomicWaker;
+use futures::task::{ArcWake, AtomicWaker};
 
 type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -34,6 +42,19 @@ type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub(super) struct Started {
     calls: Mutex<Vec<Call>>,
     task: AtomicWaker,
+}
+
+/// The connection's own waker: marks it to be polled, and wakes its task.
+struct ConnWake {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl ArcWake for ConnWake {
+    fn wake_by_ref(this: &Arc<Self>) {
+        this.woken.store(true, Ordering::Release);
+        this.task.wake();
+    }
 }
 
 /// hyper's executor for one connection's calls (make one per connection).
@@ -75,19 +96,43 @@ impl Exec {
             Exec::Local(started) => started,
             Exec::Tasks => return conn.await,
         };
+        // New calls started a turn of the task: one on a runtime of one thread, where nothing
+        // else runs until this task yields. A call's first poll does its whole work up to the
+        // worker (read, admitted, balanced, its exchange spawned); taken all at once, the 32
+        // calls of one read keep the worker idle until the last is through, and their answers
+        // come back as one burst too (on the 2-core VM at 32 calls on one connection, 6 of 6
+        // rounds 1-20 % more calls a second; `benches/RESULTS.md`). On a multi-threaded runtime
+        // other threads take the spawned exchanges as they come, and a turn a call would cost
+        // CPU for nothing.
+        let per_turn = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => 1,
+            _ => usize::MAX,
+        };
         let mut conn = pin!(conn);
         let mut calls = FuturesUnordered::new();
+        let mut queued = VecDeque::new();
+        // The connection is polled when it asked to be (its own waker), not on every turn.
+        let conn_wake = Arc::new(ConnWake { woken: AtomicBool::new(true), task: AtomicWaker::new() });
+        let conn_waker = futures::task::waker(Arc::clone(&conn_wake));
         poll_fn(|cx| {
             started.task.register(cx.waker());
-            let polled = conn.as_mut().poll(cx);
-            let new = std::mem::take(&mut *started.calls.lock().unwrap_or_else(PoisonError::into_inner));
-            if polled.is_ready() {
-                calls.clear();
-                return polled;
+            conn_wake.task.register(cx.waker());
+            if conn_wake.woken.swap(false, Ordering::AcqRel) {
+                let polled = conn.as_mut().poll(&mut Context::from_waker(&conn_waker));
+                if polled.is_ready() {
+                    calls.clear();
+                    queued.clear();
+                    return polled;
+                }
             }
-            calls.extend(new);
+            queued.extend(std::mem::take(&mut *started.calls.lock().unwrap_or_else(PoisonError::into_inner)));
+            calls.extend(queued.drain(..queued.len().min(per_turn)));
             // Until none is ready (`FuturesUnordered` yields by itself after a round of all).
             while let Poll::Ready(Some(())) = calls.poll_next_unpin(cx) {}
+            if !queued.is_empty() {
+                // The rest next turn, after the tasks this one woke.
+                cx.waker().wake_by_ref();
+            }
             Poll::Pending
         })
         .await
@@ -187,5 +232,75 @@ mod tests {
         }
         end_tx.send(()).unwrap();
         assert_eq!(run.await, "ended");
+    }
+
+    #[tokio::test]
+    async fn on_one_thread_new_calls_start_one_a_turn_after_what_the_last_spawned() {
+        let exec = Exec::new(false);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (end_tx, end_rx) = oneshot::channel::<()>();
+        let conn = {
+            let (exec, log) = (exec.clone(), Arc::clone(&log));
+            async move {
+                // Three calls that come in one read, each spawning its exchange.
+                for i in 0..3 {
+                    let log = Arc::clone(&log);
+                    exec.execute(async move {
+                        log.lock().unwrap().push(format!("call {i}"));
+                        let log = Arc::clone(&log);
+                        tokio::spawn(async move { log.lock().unwrap().push(format!("exchange {i}")) });
+                        std::future::pending::<()>().await;
+                    });
+                }
+                end_rx.await.unwrap();
+            }
+        };
+        let run = tokio::spawn(async move { exec.run(conn).await });
+        while log.lock().unwrap().len() < 6 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["call 0", "exchange 0", "call 1", "exchange 1", "call 2", "exchange 2"],
+            "each call's exchange went before the next call started"
+        );
+        end_tx.send(()).unwrap();
+        run.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_connection_is_polled_when_it_asked_to_be_not_on_every_turn_of_a_call() {
+        let exec = Exec::new(false);
+        let polls = Arc::new(AtomicUsize::new(0));
+        let waker = Arc::new(Mutex::new(None::<std::task::Waker>));
+        let (turns, ended) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let conn = {
+            let (exec, polls, waker, turns, ended) =
+                (exec.clone(), Arc::clone(&polls), Arc::clone(&waker), Arc::clone(&turns), Arc::clone(&ended));
+            poll_fn(move |cx| {
+                if polls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    // A call that wakes its task five times before it ends.
+                    let turns = Arc::clone(&turns);
+                    exec.execute(poll_fn(move |cx| {
+                        if turns.fetch_add(1, Ordering::SeqCst) == 5 {
+                            return Poll::Ready(());
+                        }
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }));
+                }
+                *waker.lock().unwrap() = Some(cx.waker().clone());
+                if ended.load(Ordering::SeqCst) { Poll::Ready("ended") } else { Poll::Pending }
+            })
+        };
+        let mut run = pin!(exec.run(conn));
+        while turns.load(Ordering::SeqCst) < 6 {
+            assert!(futures::poll!(run.as_mut()).is_pending());
+        }
+        assert_eq!(polls.load(Ordering::SeqCst), 1, "the call's turns did not poll the connection");
+        ended.store(true, Ordering::SeqCst);
+        waker.lock().unwrap().take().unwrap().wake();
+        assert_eq!(run.await, "ended", "woken, the connection was polled");
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
     }
 }
