@@ -12,11 +12,11 @@
 //! gone, as when a request's client goes away (its admission freed, a merge it waits for goes
 //! without it).
 //!
-//! Each turn of the task polls the connection only when the connection asked to be polled (its
-//! own waker: frames came, an answer is to be written, a timer), not on every turn a call takes.
-//! On a runtime of one thread, new calls are started one a turn: the exchange a call spawns
-//! for the worker then goes out before the next call is read, and the worker works while the
-//! gateway reads the rest of a burst, not after it (see [`Exec::run`]).
+//! On a runtime of one thread, new calls are started one a turn: the exchange a call spawns for
+//! the worker then goes out before the next call is read, and the worker works while the
+//! gateway reads the rest of a burst, not after it; and a turn polls the connection only when
+//! the connection asked to be polled (its own waker: frames came, an answer is to be written, a
+//! timer), not on every turn a call takes (see [`Exec::run`]).
 //!
 //! The price: one connection's calls are bound by one thread. A few very busy connections (one
 //! or two clients sending tens of thousands of calls a second) are served faster with a task a
@@ -104,20 +104,25 @@ impl Exec {
         // rounds 1-20 % more calls a second; `benches/RESULTS.md`). On a multi-threaded runtime
         // other threads take the spawned exchanges as they come, and a turn a call would cost
         // CPU for nothing.
-        let per_turn = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => 1,
-            _ => usize::MAX,
-        };
+        let one_thread = matches!(
+            tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread)
+        );
+        let per_turn = if one_thread { 1 } else { usize::MAX };
         let mut conn = pin!(conn);
         let mut calls = FuturesUnordered::new();
         let mut queued = VecDeque::new();
-        // The connection is polled when it asked to be (its own waker), not on every turn.
+        // On one thread the connection is polled when it asked to be (its own waker), not on
+        // each of the turns its calls take. A multi-threaded runtime polls it every turn, as
+        // before: on one H200 host a build with the waker there spent 0.2-4.6 µs more of the
+        // gateway's CPU a gRPC call in 6 runs (though OIP REST, a path it does not touch, moved
+        // as much: `benches/RESULTS.md`), and it saved nothing measurable there.
         let conn_wake = Arc::new(ConnWake { woken: AtomicBool::new(true), task: AtomicWaker::new() });
         let conn_waker = futures::task::waker(Arc::clone(&conn_wake));
         poll_fn(|cx| {
             started.task.register(cx.waker());
             conn_wake.task.register(cx.waker());
-            if conn_wake.woken.swap(false, Ordering::AcqRel) {
+            if conn_wake.woken.swap(false, Ordering::AcqRel) || !one_thread {
                 let polled = conn.as_mut().poll(&mut Context::from_waker(&conn_waker));
                 if polled.is_ready() {
                     calls.clear();
@@ -269,7 +274,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_connection_is_polled_when_it_asked_to_be_not_on_every_turn_of_a_call() {
+    async fn on_one_thread_the_connection_is_polled_when_it_asked_to_be_not_on_every_turn_of_a_call() {
         let exec = Exec::new(false);
         let polls = Arc::new(AtomicUsize::new(0));
         let waker = Arc::new(Mutex::new(None::<std::task::Waker>));
