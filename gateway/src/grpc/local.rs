@@ -37,22 +37,25 @@ use futures::task::{ArcWake, AtomicWaker};
 
 type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Calls started since the connection's task last took them, and that task's waker.
-#[derive(Default)]
+/// Calls started since the connection's task last took them, that task's waker, and whether the
+/// connection asked to be polled: `Arc<Started>` is the connection's own waker on a runtime of
+/// one thread ([`Exec::run`]).
 pub(super) struct Started {
     calls: Mutex<Vec<Call>>,
     task: AtomicWaker,
+    conn_woken: AtomicBool,
 }
 
-/// The connection's own waker: marks it to be polled, and wakes its task.
-struct ConnWake {
-    woken: AtomicBool,
-    task: AtomicWaker,
+impl Default for Started {
+    fn default() -> Self {
+        // The connection is polled on the first turn.
+        Self { calls: Mutex::default(), task: AtomicWaker::new(), conn_woken: AtomicBool::new(true) }
+    }
 }
 
-impl ArcWake for ConnWake {
+impl ArcWake for Started {
     fn wake_by_ref(this: &Arc<Self>) {
-        this.woken.store(true, Ordering::Release);
+        this.conn_woken.store(true, Ordering::Release);
         this.task.wake();
     }
 }
@@ -108,34 +111,42 @@ impl Exec {
             tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread)
         );
-        let per_turn = if one_thread { 1 } else { usize::MAX };
+        // On one thread the connection is polled when it asked to be (its own waker), not on
+        // each of the turns its calls take. A multi-threaded runtime polls it every turn, with
+        // the task's waker: on one H200 host a build with the connection's own waker there spent
+        // 0.2-4.6 µs more of the gateway's CPU a gRPC call in 6 runs (though OIP REST, a path
+        // it does not touch, moved as much: `benches/RESULTS.md`), and it saved nothing there.
+        let conn_waker = futures::task::waker(Arc::clone(started));
         let mut conn = pin!(conn);
         let mut calls = FuturesUnordered::new();
         let mut queued = VecDeque::new();
-        // On one thread the connection is polled when it asked to be (its own waker), not on
-        // each of the turns its calls take. A multi-threaded runtime polls it every turn, as
-        // before: on one H200 host a build with the waker there spent 0.2-4.6 µs more of the
-        // gateway's CPU a gRPC call in 6 runs (though OIP REST, a path it does not touch, moved
-        // as much: `benches/RESULTS.md`), and it saved nothing measurable there.
-        let conn_wake = Arc::new(ConnWake { woken: AtomicBool::new(true), task: AtomicWaker::new() });
-        let conn_waker = futures::task::waker(Arc::clone(&conn_wake));
         poll_fn(|cx| {
             started.task.register(cx.waker());
-            conn_wake.task.register(cx.waker());
-            if conn_wake.woken.swap(false, Ordering::AcqRel) || !one_thread {
-                let polled = conn.as_mut().poll(&mut Context::from_waker(&conn_waker));
-                if polled.is_ready() {
-                    calls.clear();
-                    queued.clear();
-                    return polled;
-                }
+            let polled = if !one_thread {
+                conn.as_mut().poll(cx)
+            } else if started.conn_woken.swap(false, Ordering::AcqRel) {
+                conn.as_mut().poll(&mut Context::from_waker(&conn_waker))
+            } else {
+                Poll::Pending
+            };
+            // Taken before the end is seen: a call left in `started` would hold the connection's
+            // state, which holds its waker, `started`.
+            let new = std::mem::take(&mut *started.calls.lock().unwrap_or_else(PoisonError::into_inner));
+            if polled.is_ready() {
+                calls.clear();
+                queued.clear();
+                return polled;
             }
-            queued.extend(std::mem::take(&mut *started.calls.lock().unwrap_or_else(PoisonError::into_inner)));
-            calls.extend(queued.drain(..queued.len().min(per_turn)));
+            if one_thread {
+                queued.extend(new);
+                calls.extend(queued.pop_front());
+            } else {
+                calls.extend(new);
+            }
             // Until none is ready (`FuturesUnordered` yields by itself after a round of all).
             while let Poll::Ready(Some(())) = calls.poll_next_unpin(cx) {}
             if !queued.is_empty() {
-                // The rest next turn, after the tasks this one woke.
+                // The next one next turn, after the tasks this one woke.
                 cx.waker().wake_by_ref();
             }
             Poll::Pending
