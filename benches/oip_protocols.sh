@@ -52,7 +52,8 @@ esac
 
 . benches/lib/protocols.sh
 bench_setup
-[ "$CLIENT" = h2load ] && h2load_bodies "$out" "snips-minilm-l6"
+model=snips-minilm-l6  # the bundled model's name, the load generator's default
+[ "$CLIENT" = h2load ] && h2load_bodies "$out" "$model"
 start_fake_worker "$LOAD_CORE"
 GATEWAY_ADMIN_LISTEN=127.0.0.1:0 start_listening "$out/gateway" taskset -c "$PROXY_CORE" "$bin/gateway" \
   --listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --worker "$worker" --log warn
@@ -65,7 +66,7 @@ run() {  # PROTOCOL ROUND
   local proto=$1 url=$gateway args
   protocol_args "$proto" "$GRPC_CONNS"
   [ "$proto" = grpc ] && url=$grpc
-  [ "$CLIENT" = h2load ] && h2load_protocol_args "$proto" "$url" "$CONC" "$GRPC_CONNS" "$out"
+  [ "$CLIENT" = h2load ] && h2load_protocol_args "$proto" "$url" "$CONC" "$GRPC_CONNS" "$out" "$model"
   local g0 w0 g1 w1 m0 m1 x0 x1 p0 p1 l0 l1
   g0=$(cpu_ticks "$gateway_pid"); w0=$(cpu_ticks "$worker_pid"); m0=$(merged "$admin"); x0=$(merges "$admin")
   p0=$(core_jiffies "$PROXY_CORE"); l0=$(core_jiffies "$LOAD_CORE")
@@ -76,7 +77,7 @@ run() {  # PROTOCOL ROUND
   if [ "$CLIENT" = h2load ]; then
     local ok0 ok1
     ok0=$(served "$admin")
-    taskset -c "$LOAD_CORE" h2load "${h2load_args[@]}" -t 1 -D "${DURATION%s}" >"$out/$proto-$2.txt" 2>&1
+    taskset -c "$LOAD_CORE" h2load "${h2load_args[@]}" -t 1 -D "$DURATION" >"$out/$proto-$2.txt" 2>&1
     times >"$out/times1"
     ok1=$(served "$admin")
     h2load_summary "$out/$proto-$2.txt" "$((ok1 - ok0))" >"$out/$proto-$2.json"

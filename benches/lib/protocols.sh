@@ -85,12 +85,12 @@ PY
 }
 
 # Sets $h2load_args for protocol $1 to URL $2 (the gateway's HTTP or gRPC listener): $3 clients,
-# gRPC as $3 streams over $4 connections; bodies from folder $5 (`h2load_bodies`).
+# gRPC as $3 streams over $4 connections; bodies from folder $5 (`h2load_bodies`), model $6.
 h2load_protocol_args() {
   local json=(-H 'content-type: application/json')
   case $1 in
     predict) h2load_args=(--h1 -c "$3" -m 1 -d "$5/predict.json" "${json[@]}" "$2/predict") ;;
-    oip) h2load_args=(--h1 -c "$3" -m 1 -d "$5/oip.json" "${json[@]}" "$2/v2/models/snips-minilm-l6/infer") ;;
+    oip) h2load_args=(--h1 -c "$3" -m 1 -d "$5/oip.json" "${json[@]}" "$2/v2/models/$6/infer") ;;
     grpc) h2load_args=(-c "$4" -m "$(( ($3 + $4 - 1) / $4 ))" -d "$5/grpc.bin" -H 'content-type: application/grpc'
       -H 'te: trailers' "$2/inference.GRPCInferenceService/ModelInfer") ;;
   esac
