@@ -3,10 +3,10 @@
 //! body, read in place (`oip::InferCall::from_pb_bytes`; decoded with prost when it is not as
 //! usual), handed to [`infer::Service`] and its answer, encoded straight after its frame's
 //! prefix, written back as one data frame and the `grpc-status` trailer. Every other call goes
-//! to tonic's router ([`tonic::service::Routes`]) unchanged. tonic's transport put five service layers, an axum
-//! router's lookup, a boxed body and its streaming codec around every call: without them the
-//! gateway spends 12-16 % less CPU a `ModelInfer` call at 32 calls at once (`benches/RESULTS.md`,
-//! "Open Inference Protocol through the gateway").
+//! to tonic's router ([`tonic::service::Routes`]) unchanged. tonic's transport put five service
+//! layers, an axum router's lookup, a boxed body and its streaming codec around every call:
+//! without them the gateway spends 12-16 % less CPU a `ModelInfer` call at 32 calls at once
+//! (`benches/RESULTS.md`, "Open Inference Protocol through the gateway").
 
 use std::convert::Infallible;
 use std::future::Future;
