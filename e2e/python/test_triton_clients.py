@@ -107,3 +107,46 @@ def test_errors(client):
         c.infer(MODEL, inputs(module, ["hi"], [1]), outputs=[output(module, "probabilities")])
     assert "unknown output" in e.value.message()
     assert e.value.status() in ("StatusCode.INVALID_ARGUMENT", "400")
+
+
+def test_model_config(client):
+    """Triton's model configuration extension: what its tools read before they send."""
+    kind, _, c = client
+    config = c.get_model_config(MODEL)
+    if kind == "grpc":
+        config = config.config
+        assert (config.name, config.platform, config.max_batch_size) == (MODEL, "onnxruntime_onnx", 0)
+        # Triton's own DataType enum, decoded by tritonclient's copy of model_config.proto.
+        assert [(t.name, grpcclient.model_config_pb2.DataType.Name(t.data_type), list(t.dims))
+                for t in config.input] == [("text", "TYPE_STRING", [-1])]
+        assert [(t.name, list(t.dims)) for t in config.output][:2] == [("label", [-1]), ("score", [-1])]
+    else:
+        assert (config["name"], config["max_batch_size"]) == (MODEL, 0)
+        assert config["input"] == [{"name": "text", "data_type": "TYPE_STRING", "dims": [-1]}]
+        assert config["output"][2] == {"name": "logits", "data_type": "TYPE_FP32",
+                                       "dims": [-1, len(sanity()["labels"])]}
+    with pytest.raises(InferenceServerException) as e:
+        c.get_model_config("no-such-model")
+    assert "unknown model" in e.value.message()
+    assert "model_configuration" in (c.get_server_metadata().extensions if kind == "grpc"
+                                     else c.get_server_metadata()["extensions"])
+
+
+@pytest.mark.parametrize("server", ["worker", "gateway"], indirect=True)
+def test_binary_tensor_data_as_tritonclient_sends_by_default(server):
+    """The HTTP client's defaults: the input's bytes after the JSON (Triton's binary tensor data
+    extension) and the outputs asked for as binary; answered in JSON, which the client reads."""
+    c = httpclient.InferenceServerClient(url=server.hostport())
+    texts, intents = batch()
+    i = httpclient.InferInput("text", [len(texts)], "BYTES")
+    i.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
+    r = c.infer(MODEL, [i], outputs=[httpclient.InferRequestedOutput("label")], request_id="bin-1")
+    assert [x.decode() if isinstance(x, bytes) else x for x in r.as_numpy("label")] == intents
+    assert r.get_response()["id"] == "bin-1"
+    # A length that the body does not hold is refused, and says why.
+    i = httpclient.InferInput("text", [1], "BYTES")
+    i.set_data_from_numpy(np.array([b"play some jazz"], dtype=np.object_))
+    i._parameters["binary_data_size"] += 5
+    with pytest.raises(InferenceServerException) as e:
+        c.infer(MODEL, [i])
+    assert e.value.status() == "400" and "binary_data_size" in e.value.message()

@@ -89,6 +89,57 @@ impl InferCall {
         Ok(Self { id: req.id.filter(|id| !id.is_empty()), texts, column, outputs })
     }
 
+    /// A REST body in Triton's binary tensor data extension: `header_len` bytes of JSON (the
+    /// `Inference-Header-Content-Length` header's value), then the bytes of each input whose
+    /// `parameters.binary_data_size` says so, in order (a BYTES tensor's as its raw contents:
+    /// each element a 4-byte little-endian length and its bytes). An input without that
+    /// parameter carries its `data` in the JSON as usual. The answer is JSON all the same
+    /// (`binary_data` on outputs is accepted and ignored, as Triton's clients read either).
+    pub fn from_binary(body: &[u8], header_len: usize) -> Result<Self, OipError> {
+        let (header, mut binary) = body.split_at_checked(header_len).ok_or_else(|| {
+            OipError::invalid(format!(
+                "Inference-Header-Content-Length is {header_len} but the body is {} bytes",
+                body.len()
+            ))
+        })?;
+        let mut req: InferRequest =
+            serde_json::from_slice(header).map_err(|e| OipError::invalid(format!("not an inference request: {e}")))?;
+        let mut raw = None;
+        for input in &mut req.inputs {
+            let Some(size) = input.parameters.as_ref().and_then(|p| p.get("binary_data_size")) else {
+                continue;
+            };
+            let size = size
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| OipError::invalid(format!("input {:?}: binary_data_size is not a size", input.name)))?;
+            let Some((bytes, rest)) = binary.split_at_checked(size) else {
+                return Err(OipError::invalid(format!(
+                    "input {:?}: binary_data_size is {size} but {} bytes follow the JSON",
+                    input.name,
+                    binary.len()
+                )));
+            };
+            binary = rest;
+            if input.name == INPUT {
+                raw = Some(bytes);
+            }
+        }
+        if !binary.is_empty() {
+            return Err(OipError::invalid(format!(
+                "{} bytes follow the JSON that no input's binary_data_size claims",
+                binary.len()
+            )));
+        }
+        let Some(raw) = raw else {
+            return Self::from_rest(req);
+        };
+        let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_str()))?;
+        let input = one_input(req.inputs, |i| i.name.as_str())?;
+        let (texts, column) = text_input(&input.datatype, &input.shape, || decode_raw_bytes(raw))?;
+        Ok(Self { id: req.id.filter(|id| !id.is_empty()), texts, column, outputs })
+    }
+
     pub fn from_rest(req: InferRequest) -> Result<Self, OipError> {
         let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_str()))?;
         let input = one_input(req.inputs, |i| i.name.as_str())?;
@@ -429,6 +480,61 @@ mod tests {
         assert_eq!(call.outputs, [Output::Logits, Output::Label]);
         // Back to REST (the gateway's gRPC path) and parsed again: the same call.
         assert_eq!(InferCall::from_rest(call.to_rest()).unwrap(), call);
+    }
+
+    /// Triton's binary tensor data extension: the JSON, then the raw bytes.
+    fn binary(header: serde_json::Value, raw: &[u8]) -> (Vec<u8>, usize) {
+        let mut body = header.to_string().into_bytes();
+        let len = body.len();
+        body.extend_from_slice(raw);
+        (body, len)
+    }
+
+    #[test]
+    fn binary_tensor_data_reads_as_its_json_would() {
+        let raw = encode_raw_bytes(["play jazz", "book a table"]);
+        let header = |size: usize| {
+            serde_json::json!({
+                "id": "b1",
+                "inputs": [{"name": "text", "shape": [2, 1], "datatype": "BYTES", "parameters": {"binary_data_size": size}}],
+                "outputs": [{"name": "label", "parameters": {"binary_data": true}}]
+            })
+        };
+        let (body, len) = binary(header(raw.len()), &raw);
+        let call = InferCall::from_binary(&body, len).unwrap();
+        assert_eq!(call.texts, ["play jazz", "book a table"]);
+        assert_eq!(
+            (call.id.as_deref(), call.column, call.outputs.as_slice()),
+            (Some("b1"), true, [Output::Label].as_slice())
+        );
+
+        // An input in the JSON, no bytes after it: the usual request.
+        let json = serde_json::json!({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["hi"]}]});
+        let (body, len) = binary(json, b"");
+        assert_eq!(InferCall::from_binary(&body, len).unwrap().texts, ["hi"]);
+
+        let refused = |body: &[u8], len: usize| InferCall::from_binary(body, len).unwrap_err().message;
+        let (body, len) = binary(header(raw.len()), &raw);
+        assert!(refused(&body, body.len() + 1).contains("Inference-Header-Content-Length is"), "longer than the body");
+        assert!(refused(&body, len - 1).starts_with("not an inference request"), "cut inside the JSON");
+        let (short, len) = binary(header(raw.len() + 3), &raw);
+        assert!(
+            refused(&short, len).contains("binary_data_size is 32 but 29 bytes follow"),
+            "{}",
+            refused(&short, len)
+        );
+        let (extra, len) = binary(header(raw.len()), &[raw.as_slice(), b"xy"].concat());
+        assert!(refused(&extra, len).contains("2 bytes follow the JSON that no input"));
+        let (body, len) = binary(header(raw.len() - 1), &raw[..raw.len() - 1]);
+        assert_eq!(refused(&body, len), "raw BYTES contents: an element cut short");
+        let mut h = header(raw.len());
+        h["inputs"][0]["parameters"]["binary_data_size"] = serde_json::json!(-1);
+        let (body, len) = binary(h, &raw);
+        assert_eq!(refused(&body, len), "input \"text\": binary_data_size is not a size");
+        let mut h = header(raw.len());
+        h["inputs"][0]["shape"] = serde_json::json!([3]);
+        let (body, len) = binary(h, &raw);
+        assert_eq!(refused(&body, len), "input \"text\" has shape [3] but 2 elements");
     }
 
     #[test]

@@ -23,7 +23,9 @@ pub struct InputTensor {
     pub datatype: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Map<String, Value>>,
-    /// Row-major, flat or nested.
+    /// Row-major, flat or nested; absent (null) when the tensor's bytes follow the JSON
+    /// (Triton's binary tensor data extension: `parameters.binary_data_size`).
+    #[serde(default)]
     pub data: Value,
 }
 
@@ -83,6 +85,28 @@ pub struct ModelMetadata {
     pub platform: String,
     pub inputs: Vec<TensorMetadata>,
     pub outputs: Vec<TensorMetadata>,
+}
+
+/// `GET /v2/models/{model}[/versions/{v}]/config`: Triton's model configuration extension, the
+/// fields this server fills, named as Triton writes them (`max_batch_size`, `data_type`
+/// `TYPE_STRING`, `dims`), which its tools read (perf_analyzer, `get_model_config`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub name: String,
+    pub platform: String,
+    pub backend: String,
+    /// 0: the batch is the tensors' own first dimension (Triton adds none before `dims`).
+    pub max_batch_size: u32,
+    pub input: Vec<ConfigTensor>,
+    pub output: Vec<ConfigTensor>,
+}
+
+/// An input or output of [`ModelConfig`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigTensor {
+    pub name: String,
+    pub data_type: String,
+    pub dims: Vec<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant as StdInstant};
 use oip::InferCall;
 use oip::pb::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use oip::pb::{
-    ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
-    ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
-    ServerReadyRequest, ServerReadyResponse,
+    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataRequest,
+    ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse, ServerLiveRequest, ServerLiveResponse,
+    ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
 };
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
@@ -71,6 +71,12 @@ impl GrpcInferenceService for Service {
         let r = req.into_inner();
         rest::check_model(&self.0, &r.name, version(&r.version))?;
         Ok(Response::new(oip::meta::model_pb(&rest::model(&self.0))))
+    }
+
+    async fn model_config(&self, req: Request<ModelConfigRequest>) -> Result<Response<ModelConfigResponse>, Status> {
+        let r = req.into_inner();
+        rest::check_model(&self.0, &r.name, version(&r.version))?;
+        Ok(Response::new(oip::meta::config_from_rest(rest::config(&self.0))))
     }
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {

@@ -1,5 +1,6 @@
 //! Property tests of `/predict` through the routes, around the fake backend: any query string and
-//! any body gets either a correct prediction or a JSON error with a stable `error_type`
+//! any body (and any Open Inference Protocol body in Triton's binary tensor data extension, with
+//! any JSON length) gets either a correct prediction or a JSON error with a stable `error_type`
 //! (`invalid_request`, or `too_large` for a long query or body), never a panic, a 5xx or a hang.
 //! A prediction is correct when its intent is the fake backend's class of the query's token ids.
 //! `PROPTEST_CASES` sets the number of cases per property (1,000 by default).
@@ -105,6 +106,21 @@ fn check(status: u16, body: &Value, queries: Option<&[String]>) -> Result<(), Te
     Ok(())
 }
 
+/// An Open Inference Protocol answer to `queries` is the fake backend's intent for each; an error
+/// is as [`check`]'s.
+fn check_oip(status: u16, body: &Value, queries: Option<&[String]>) -> Result<(), TestCaseError> {
+    if status != 200 {
+        return check(status, body, None);
+    }
+    let labels = body["outputs"].as_array().unwrap().iter().find(|o| o["name"] == "label").unwrap();
+    let got: Vec<&str> = labels["data"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    if let Some(qs) = queries {
+        let want: Vec<String> = qs.iter().map(|q| intent_of(q)).collect();
+        prop_assert_eq!(got, want);
+    }
+    Ok(())
+}
+
 fn encode(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("%{b:02X}")).collect()
 }
@@ -175,6 +191,48 @@ proptest! {
             let valid = !queries.is_empty()
                 && queries.len() <= 8
                 && queries.iter().all(|q| !q.trim().is_empty() && q.len() <= MAX_QUERY_BYTES);
+            prop_assert_eq!(status == 200, valid, "{}", body);
+        }
+    }
+
+    #[test]
+    fn any_binary_tensor_body_gets_predictions_or_a_json_error(
+        qs in prop::collection::vec(text(), 0..10),
+        junk in prop::collection::vec(any::<u8>(), 0..300),
+        cut in any::<prop::sample::Index>(),
+        form in 0..4u8,
+    ) {
+        let raw: Vec<u8> = qs.iter().flat_map(|q| [&(q.len() as u32).to_le_bytes()[..], q.as_bytes()].concat()).collect();
+        let header = json!({
+            "inputs": [{"name": "text", "shape": [qs.len()], "datatype": "BYTES",
+                        "parameters": {"binary_data_size": raw.len()}}],
+            "outputs": [{"name": "label", "parameters": {"binary_data": true}}],
+        })
+        .to_string()
+        .into_bytes();
+        let (bytes, header_len) = match form {
+            // As Triton's client sends it.
+            0 => ([&header[..], &raw[..]].concat(), header.len()),
+            // The same bytes, a JSON length anywhere up to past the body's end.
+            1 => ([&header[..], &raw[..]].concat(), cut.index(header.len() + raw.len() + 8)),
+            // The tensor's bytes cut or with junk after them.
+            2 => ([&header[..], &raw[..raw.len() / 2], &junk[..]].concat(), header.len()),
+            _ => (junk.clone(), cut.index(junk.len() + 8)),
+        };
+        let len = bytes.len();
+        let req = Request::post("/v2/models/snips-minilm-l6/infer")
+            .header("content-type", "application/json")
+            .header("inference-header-content-length", header_len.to_string())
+            .body(Body::from(bytes))
+            .unwrap();
+        let (status, body) = call(req);
+        check_oip(status, &body, (form == 0).then_some(&qs[..]))?;
+        if len > MAX_BODY_BYTES {
+            prop_assert_eq!(status, 413);
+        } else if form == 0 {
+            let valid = !qs.is_empty()
+                && qs.len() <= 8
+                && qs.iter().all(|q| !q.trim().is_empty() && q.len() <= MAX_QUERY_BYTES);
             prop_assert_eq!(status == 200, valid, "{}", body);
         }
     }

@@ -3,8 +3,8 @@
 //! predict entry: the same request ids, admission in requests and tokens, p2c, retries,
 //! deadline and metrics as `/predict`; the worker's answer is translated back. `ModelInfer`,
 //! the call that carries the load, goes in as the call it is, read already
-//! (`predict::call`); `ModelReady` and `ModelMetadata` as the REST requests they are
-//! (`predict::handle_to`). The pool is the `pool` metadata entry's, else the default pool. A
+//! (`predict::call`); `ModelReady`, `ModelMetadata` and `ModelConfig` as the REST requests they
+//! are (`predict::handle_to`). The pool is the `pool` metadata entry's, else the default pool. A
 //! client's deadline (`grpc-timeout`) bounds the call: past it, DEADLINE_EXCEEDED and the
 //! request is dropped (its admission freed, its attempt on the worker cancelled).
 
@@ -21,9 +21,9 @@ use http_body_util::{BodyExt, Full};
 use oip::InferCall;
 use oip::pb::grpc_inference_service_server::GrpcInferenceService;
 use oip::pb::{
-    ModelInferRequest, ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest,
-    ModelReadyResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest, ServerMetadataResponse,
-    ServerReadyRequest, ServerReadyResponse,
+    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataRequest,
+    ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse, ServerLiveRequest, ServerLiveResponse,
+    ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
 };
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 use prost::Message;
@@ -298,6 +298,13 @@ impl GrpcInferenceService for Service {
         let answer =
             success(self.call(&md, Method::GET, model_path(&r.name, &r.version, ""), Bytes::new()).await?).await?;
         Ok(answer.respond(oip::meta::from_rest(json(&answer.body)?)))
+    }
+
+    async fn model_config(&self, req: Request<ModelConfigRequest>) -> Result<Response<ModelConfigResponse>, Status> {
+        let (md, _, r) = req.into_parts();
+        let path = model_path(&r.name, &r.version, "/config");
+        let answer = success(self.call(&md, Method::GET, path, Bytes::new()).await?).await?;
+        Ok(answer.respond(oip::meta::config_from_rest(json(&answer.body)?)))
     }
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {

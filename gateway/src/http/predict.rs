@@ -111,7 +111,17 @@ where
     B: HttpBody<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
 {
-    let (headers, n) = ids.headers();
+    let (ids_headers, mut n) = ids.headers();
+    // Triton's binary tensor data extension: the worker finds where the body's JSON ends by it.
+    let binary = match target {
+        Target::Oip(_) => req.headers().get(&super::single::BINARY_HEADER).cloned(),
+        Target::Predict => None,
+    };
+    let mut headers = [ids_headers[0], ids_headers[1], ids_headers[0]];
+    if let Some(v) = &binary {
+        headers[n] = (super::single::BINARY_HEADER.as_str(), v);
+        n += 1;
+    }
     // The request's log span, made only when something is logged about the request (a retry,
     // an ejection, a draining worker, an error): on the success path nothing is, and a span per
     // request costs as much as the rest of the gateway's work for it when the log takes it.

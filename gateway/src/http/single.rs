@@ -88,7 +88,7 @@ pub(crate) fn oip_call(
 }
 
 /// Triton's binary tensor extension's header (the header map is searched by name, not parsed).
-static BINARY_HEADER: http::HeaderName = http::HeaderName::from_static("inference-header-content-length");
+pub(crate) static BINARY_HEADER: http::HeaderName = http::HeaderName::from_static("inference-header-content-length");
 
 /// The model and version of an inference route, `/v2/models/{model}[/versions/{version}]/infer`,
 /// percent-decoded as the worker's router decodes path parameters.

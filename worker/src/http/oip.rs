@@ -23,7 +23,7 @@ use crate::core::{CoreError, Detail, Queries};
 /// What `GET /v2` calls this server.
 pub const SERVER_NAME: &str = "inference-worker";
 
-/// Triton's binary tensor extension, which this server does not speak.
+/// Triton's binary tensor data extension: the length of the JSON before the tensors' bytes.
 const BINARY_HEADER: &str = "inference-header-content-length";
 
 /// The protocol's routes.
@@ -34,6 +34,8 @@ pub fn routes() -> Router<AppState> {
         .route("/v2/health/ready", get(ready))
         .route("/v2/models/{model}", get(model_metadata))
         .route("/v2/models/{model}/versions/{version}", get(model_metadata_version))
+        .route("/v2/models/{model}/config", get(model_config))
+        .route("/v2/models/{model}/versions/{version}/config", get(model_config_version))
         .route("/v2/models/{model}/ready", get(model_ready))
         .route("/v2/models/{model}/versions/{version}/ready", get(model_ready_version))
         .route("/v2/models/{model}/infer", post(infer))
@@ -99,6 +101,29 @@ fn metadata(state: &AppState, name: &str, version: Option<&str>) -> Response {
     }
 }
 
+/// Triton's model configuration of the served model (`oip::meta::config`).
+pub fn config(state: &AppState) -> oip::rest::ModelConfig {
+    oip::meta::config(&model(state))
+}
+
+async fn model_config(State(state): State<AppState>, Path(name): Path<String>) -> Response {
+    configuration(&state, &name, None)
+}
+
+async fn model_config_version(
+    State(state): State<AppState>,
+    Path((name, version)): Path<(String, String)>,
+) -> Response {
+    configuration(&state, &name, Some(&version))
+}
+
+fn configuration(state: &AppState, name: &str, version: Option<&str>) -> Response {
+    match check_model(state, name, version) {
+        Ok(()) => Json(config(state)).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
 async fn model_ready(State(state): State<AppState>, Path(name): Path<String>) -> Response {
     readiness(&state, &name, None)
 }
@@ -152,11 +177,19 @@ async fn parse(
     body: Body,
 ) -> Result<InferCall, ApiError> {
     let body = super::predict::read_body(state, body).await?;
-    if headers.contains_key(BINARY_HEADER) {
-        return Err(ApiError::Invalid("the binary tensor data extension is not supported: send JSON data".into()));
-    }
     check_model(state, name, version)?;
-    Ok(InferCall::from_json(&body)?)
+    match headers.get(BINARY_HEADER) {
+        Some(len) => {
+            let len = len.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or_else(|| {
+                ApiError::Invalid(format!(
+                    "{BINARY_HEADER} is not a length: {:?}",
+                    String::from_utf8_lossy(len.as_bytes())
+                ))
+            })?;
+            Ok(InferCall::from_binary(&body, len)?)
+        }
+        None => Ok(InferCall::from_json(&body)?),
+    }
 }
 
 /// Runs a checked call through the core, answered as REST (JSON; the gateway makes the same
