@@ -15,7 +15,7 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== e2e/python: Triton's clients and a client generated from KEDA's externalscaler.proto against the built worker and gateway (pytest)"
+echo "== e2e/python: Triton's clients, Triton's perf_analyzer and a client generated from KEDA's externalscaler.proto against the built worker and gateway (pytest)"
 "$(e2e/python/venv.sh)" -m pytest -q -p no:cacheprovider e2e/python
 echo "== models: the GPU model's conversion, checked on CPU (pytest)"
 "$(models/venv.sh)" -m pytest -q -p no:cacheprovider models/tests
