@@ -144,6 +144,11 @@ impl InferCall {
         let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_str()))?;
         let input = one_input(req.inputs, |i| i.name.as_str())?;
         let (texts, column) = text_input(&input.datatype, &input.shape, || {
+            if input.data.is_null() {
+                return Err(OipError::invalid(
+                    "input \"text\" has no data (nor binary data: Inference-Header-Content-Length)",
+                ));
+            }
             let mut texts = Vec::new();
             flatten(input.data, &mut texts).map(|()| texts)
         })?;
@@ -549,6 +554,7 @@ mod tests {
             (input("text", [0].into(), "BYTES", serde_json::json!([])), "empty"),
             (serde_json::json!({"inputs": []}), "expected one input"),
             (serde_json::json!({"input": []}), "not an inference request"),
+            (serde_json::json!({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES"}]}), "has no data"),
         ];
         for (body, expected) in cases {
             let e = rest(body.clone()).unwrap_err();
