@@ -91,6 +91,12 @@ def gateway(worker):
     s.stop()
 
 
+@pytest.fixture(params=["worker", "gateway"])
+def server(request):
+    """Each of the worker and the gateway in turn."""
+    return request.getfixturevalue(request.param)
+
+
 def wait_until(what, check, limit_s=30):
     deadline = time.monotonic() + limit_s
     while not check():

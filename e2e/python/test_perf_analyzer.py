@@ -18,11 +18,6 @@ def perf_analyzer():
     return made.stdout.strip()
 
 
-@pytest.fixture(params=["worker", "gateway"])
-def server(request):
-    return request.getfixturevalue(request.param)
-
-
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_perf_analyzer_measures_the_model(perf_analyzer, server, protocol):
     # Three texts a request (the input's shape [-1] made [3]), two requests at a time, a window

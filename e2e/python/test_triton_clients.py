@@ -12,11 +12,6 @@ from conftest import MODEL, sanity, wait_until
 CLIENTS = {"http": (httpclient, ""), "grpc": (grpcclient, "grpc")}
 
 
-@pytest.fixture(params=["worker", "gateway"])
-def server(request):
-    return request.getfixturevalue(request.param)
-
-
 @pytest.fixture(params=["http", "grpc"])
 def client(request, server):
     module, port = CLIENTS[request.param]
@@ -132,7 +127,6 @@ def test_model_config(client):
                                      else c.get_server_metadata()["extensions"])
 
 
-@pytest.mark.parametrize("server", ["worker", "gateway"], indirect=True)
 def test_binary_tensor_data_as_tritonclient_sends_by_default(server):
     """The HTTP client's defaults: the input's bytes after the JSON (Triton's binary tensor data
     extension) and the outputs asked for as binary; answered in JSON, which the client reads."""

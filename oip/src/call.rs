@@ -131,19 +131,22 @@ impl InferCall {
                 binary.len()
             )));
         }
-        let Some(raw) = raw else {
-            return Self::from_rest(req);
-        };
-        let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_str()))?;
-        let input = one_input(req.inputs, |i| i.name.as_str())?;
-        let (texts, column) = text_input(&input.datatype, &input.shape, || decode_raw_bytes(raw))?;
-        Ok(Self { id: req.id.filter(|id| !id.is_empty()), texts, column, outputs })
+        Self::from_rest_with(req, raw)
     }
 
     pub fn from_rest(req: InferRequest) -> Result<Self, OipError> {
+        Self::from_rest_with(req, None)
+    }
+
+    /// [`InferCall::from_rest`], input `text`'s elements read from `raw` (a BYTES tensor's raw
+    /// contents) when given, else from its `data`.
+    fn from_rest_with(req: InferRequest, raw: Option<&[u8]>) -> Result<Self, OipError> {
         let outputs = outputs(req.outputs.iter().flatten().map(|o| o.name.as_str()))?;
         let input = one_input(req.inputs, |i| i.name.as_str())?;
         let (texts, column) = text_input(&input.datatype, &input.shape, || {
+            if let Some(raw) = raw {
+                return decode_raw_bytes(raw);
+            }
             if input.data.is_null() {
                 return Err(OipError::invalid(
                     "input \"text\" has no data (nor binary data: Inference-Header-Content-Length)",

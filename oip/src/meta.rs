@@ -93,6 +93,10 @@ pub fn config(m: &Model) -> ModelConfig {
     }
 }
 
+pub fn config_pb(m: &Model) -> ModelConfigResponse {
+    config_from_rest(config(m))
+}
+
 /// Triton's backend of the [`PLATFORM`].
 pub const BACKEND: &str = "onnxruntime";
 

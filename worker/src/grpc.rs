@@ -76,7 +76,7 @@ impl GrpcInferenceService for Service {
     async fn model_config(&self, req: Request<ModelConfigRequest>) -> Result<Response<ModelConfigResponse>, Status> {
         let r = req.into_inner();
         rest::check_model(&self.0, &r.name, version(&r.version))?;
-        Ok(Response::new(oip::meta::config_from_rest(rest::config(&self.0))))
+        Ok(Response::new(oip::meta::config_pb(&rest::model(&self.0))))
     }
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {

@@ -103,10 +103,10 @@ impl Exec {
         // else runs until this task yields. A call's first poll does its whole work up to the
         // worker (read, admitted, balanced, its exchange spawned); taken all at once, the 32
         // calls of one read keep the worker idle until the last is through, and their answers
-        // come back as one burst too (on the 2-core VM at 32 calls on one connection, 6 of 6
-        // rounds 1-20 % more calls a second; `benches/RESULTS.md`). On a multi-threaded runtime
-        // other threads take the spawned exchanges as they come, and a turn a call would cost
-        // CPU for nothing.
+        // come back as one burst too (on the 2-core VM at 32 calls on one connection, ahead in 9
+        // rounds of 11, −3.6 % to +25.6 % calls a second; `benches/RESULTS.md`). On a
+        // multi-threaded runtime other threads take the spawned exchanges as they come, and a
+        // turn a call would cost CPU for nothing.
         let one_thread = matches!(
             tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread)

@@ -95,15 +95,20 @@ async fn model_metadata_version(
 }
 
 fn metadata(state: &AppState, name: &str, version: Option<&str>) -> Response {
-    match check_model(state, name, version) {
-        Ok(()) => Json(oip::meta::model(&model(state))).into_response(),
-        Err(e) => ApiError::from(e).into_response(),
-    }
+    of_model(state, name, version, oip::meta::model)
 }
 
-/// Triton's model configuration of the served model (`oip::meta::config`).
-pub fn config(state: &AppState) -> oip::rest::ModelConfig {
-    oip::meta::config(&model(state))
+/// `answer` of the served model as JSON once `name` (and `version`) is that model's.
+fn of_model<T: serde::Serialize>(
+    state: &AppState,
+    name: &str,
+    version: Option<&str>,
+    answer: fn(&oip::Model) -> T,
+) -> Response {
+    match check_model(state, name, version) {
+        Ok(()) => Json(answer(&model(state))).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
 }
 
 async fn model_config(State(state): State<AppState>, Path(name): Path<String>) -> Response {
@@ -118,10 +123,7 @@ async fn model_config_version(
 }
 
 fn configuration(state: &AppState, name: &str, version: Option<&str>) -> Response {
-    match check_model(state, name, version) {
-        Ok(()) => Json(config(state)).into_response(),
-        Err(e) => ApiError::from(e).into_response(),
-    }
+    of_model(state, name, version, oip::meta::config)
 }
 
 async fn model_ready(State(state): State<AppState>, Path(name): Path<String>) -> Response {
