@@ -7,7 +7,7 @@
 # (/proc/PID/stat over the run). The 2-core VM's `benches/oip_protocols.sh` on a GPU host.
 #
 #   bash benches/gpu/protocols.sh [APP_DIR [MODEL_DIR]]   (repository root, on the GPU host,
-#                                                          after uncarry.sh and env.sh)
+#                                                          after ../shared/gpu/'s uncarry.sh and env.sh)
 #
 # Settings: MODEL_NAME (snips-minilm-l6), ROUNDS (3), CLIENTS (512), DURATION_S (6, after WARMUP_S 2), LOADTEST_THREADS (4),
 # H2_CONNECTIONS (2 a load generator thread), WORKER_FLAGS ("--runtime-threads 4"),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The calibrated signal on real GPUs, one section per call (each well inside the device's 10
-# minutes), on a host with several GPUs, after benches/gpu/uncarry.sh and `. /tmp/gpu/env.sh`:
+# minutes), on a host with several GPUs, after ../shared/gpu/ has carried the build there (its
+# README.md: uncarry.sh, then `. /tmp/gpu/env.sh`):
 #
 #   bash benches/gpu/signal_sitting.sh demo N     # the GPU main job: scripts/demo.sh with one
 #                                                 # worker per GPU (DEMO_WORKER_DEVICES), up to N

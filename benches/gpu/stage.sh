@@ -6,6 +6,8 @@
 #   benches/gpu/stage.sh            # builds them first (release), then copies
 #   NO_BUILD=1 benches/gpu/stage.sh # copies what target/release holds
 #
+# Then ../shared/gpu/ (its README.md: pack.sh, carry.sh, uncarry.sh) carries .gpu/app, ONNX
+# Runtime's CUDA build and the model to the GPU machine in pieces that fit a transfer.
 # On the GPU machine, from the repository root (tracked files: scripts/lib/start.sh,
 # models/sanity.json, benches/gpu/), with ORT_DYLIB_PATH and LD_LIBRARY_PATH set for ONNX
 # Runtime's CUDA build and the fp16 model in models/build/gpu:
