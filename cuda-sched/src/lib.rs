@@ -3,9 +3,9 @@
 //! first session is made.
 //!
 //! CUDA's default (`auto`: spin while the process has fewer active contexts than cores) keeps the
-//! backend thread busy-waiting through every batch: on an H100 at ~100k req/s that was ~0.8 of a
-//! core, ~8 µs of host CPU per request, spent waiting. `blocking` parks the thread on an OS
-//! primitive until the GPU is done instead, for a wake-up of a few microseconds per batch.
+//! backend thread busy-waiting through every batch: under load most of a core goes to waiting.
+//! `blocking` parks the thread on an OS primitive until the GPU is done instead, for a wake-up
+//! per batch.
 
 use std::ffi::{c_char, c_int, c_uint};
 

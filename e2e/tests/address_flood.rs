@@ -196,8 +196,8 @@ async fn a_flood_from_one_address_costs_a_client_on_another_nothing() {
 async fn at_the_global_cap_the_flooding_addresses_pay_not_the_client() {
     let _serial = SERIAL.lock().await;
     // Six addresses of 100 each overfill the cap of 400: room is made from theirs. A new
-    // connection of the client's may find the room it made taken (a 503 with Retry-After,
-    // measured: 0 or 1 in about 1,000); never a reset.
+    // connection of the client's may find the room it made taken (a rare 503 with
+    // Retry-After); never a reset.
     let (_worker, gw, admin) = start(&["--max-connections", "400", "--max-connections-per-address", "100"]).await;
     let flooders: Vec<Ipv4Addr> = (2..8).map(|i| Ipv4Addr::new(127, 0, 0, i)).collect();
     let m = flood_beside_clients(&gw, &admin, flooders, 120, 0.01).await;

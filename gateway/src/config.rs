@@ -271,8 +271,7 @@ pub struct Config {
 
     /// Idle keep-alive connections kept per worker. The default is `--max-outstanding`'s: a cap
     /// below the concurrency the gateway admits closes connections after every burst that the
-    /// next burst must open again (measured: 512 clients with a cap of 256 opened ~800
-    /// connections a second to one worker; with 4096, a twentieth of that).
+    /// next burst must open again, so a busy worker sees connections opened every second.
     /// (`GATEWAY_POOL_MAX_IDLE`, its variable before it was named as the flag, is still read.)
     #[arg(long, env = "GATEWAY_POOL_MAX_IDLE_PER_HOST", default_value_t = 4096, help_heading = heading::UPSTREAM)]
     pub pool_max_idle_per_host: usize,

@@ -5,8 +5,8 @@ use anyhow::Context;
 use clap::Parser;
 
 /// mimalloc instead of glibc malloc: every proxied request allocates and frees a few dozen small
-/// blocks (headers, buffers, futures); glibc's malloc/free were ~10 % of the gateway's user CPU
-/// time on the proxy path.
+/// blocks (headers, buffers, futures), and glibc's malloc/free were a visible share of the
+/// gateway's CPU on the proxy path.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

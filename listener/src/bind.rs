@@ -3,9 +3,8 @@
 //! `tokio::net::TcpListener::bind` listens with a backlog of 1024. When hundreds of clients
 //! connect at once (a load generator's start, a gateway's pool refilling after a restart), the
 //! accept queue overflows before the accept loop drains it, the kernel drops the final ACKs (or
-//! answers with SYN cookies) and those clients retransmit after a full second: measured on the
-//! GPU machine as ~200 `ListenOverflows` per 512-connection start and a 1.0-1.2 s maximum latency
-//! in every step. [`BACKLOG`] asks for more; the kernel caps it at `net.core.somaxconn`
+//! answers with SYN cookies) and those clients retransmit after a full second, which a load
+//! test's maximum latency then shows in every step. [`BACKLOG`] asks for more; the kernel caps it at `net.core.somaxconn`
 //! (4096 by default since Linux 5.4).
 
 use std::io;

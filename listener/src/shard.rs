@@ -2,8 +2,8 @@
 //! each thread writes its own shard (cache-padded atomics); a scrape adds the shards up.
 //!
 //! prometheus-client's `Histogram` takes a lock on every observation, and its `Counter` is one
-//! atomic that every core writes: at 150k requests a second over 8 runtime threads that line
-//! moves between cores on every request. These encode exactly as theirs do (a test compares the
+//! atomic that every core writes: under load on many runtime threads that line moves between
+//! cores on every request. These encode exactly as theirs do (a test compares the
 //! text), so a series keeps its name, type and buckets when a metric moves here.
 
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //!
 //! `h2` directly rather than hyper's HTTP/2 client, which spawns a task per request to send its
 //! body: here the body goes out with the request, and the answer (data and trailers) is read in
-//! the request's own task. On gRPC through the gateway that took the load generator from 11.2-13.7
-//! µs of CPU a call to 8.6-9.0 (`benches/RESULTS.md`).
+//! the request's own task, which spends less of the load generator's CPU a gRPC call
+//! (`benches/RESULTS.md`, "Open Inference Protocol through the gateway").
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;

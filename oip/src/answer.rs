@@ -76,67 +76,13 @@ pub fn rest(model: &str, call: &InferCall, predictions: &[Prediction]) -> Result
     })
 }
 
-/// [`rest`]'s answer written as JSON: the same bytes as `serde_json::to_vec(&rest(...))`,
-/// written directly (no answer built first: the worker's and the gateway's hot path). The
-/// outputs' names and datatypes are written as the ASCII literals they are; only the model's
-/// name, the id and the labels are escaped.
+/// [`rest`]'s answer as its JSON body.
 pub fn rest_json(model: &str, call: &InferCall, predictions: &[Prediction]) -> Result<Vec<u8>, OipError> {
-    let mut out = Vec::with_capacity(160 + 48 * predictions.len());
-    out.extend_from_slice(b"{\"model_name\":");
-    json(&mut out, model)?;
-    out.extend_from_slice(b",\"model_version\":");
-    json(&mut out, VERSION)?;
-    if let Some(id) = &call.id {
-        out.extend_from_slice(b",\"id\":");
-        json(&mut out, id)?;
-    }
-    out.extend_from_slice(b",\"outputs\":[");
-    for (i, &o) in call.outputs.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"name\":\"");
-        out.extend_from_slice(o.name().as_bytes());
-        out.extend_from_slice(b"\",\"shape\":");
-        json(&mut out, &shape(call, o, predictions)?)?;
-        out.extend_from_slice(b",\"datatype\":\"");
-        out.extend_from_slice(o.datatype().as_bytes());
-        out.extend_from_slice(b"\",\"data\":[");
-        let mut n = 0;
-        for p in predictions {
-            match o {
-                Output::Label => item(&mut out, &mut n, p.intent.as_str())?,
-                Output::Score => item(&mut out, &mut n, &p.score)?,
-                Output::Logits => {
-                    for x in logits(p)? {
-                        item(&mut out, &mut n, x)?;
-                    }
-                }
-            }
-        }
-        out.extend_from_slice(b"]}");
-    }
-    out.extend_from_slice(b"]}");
-    Ok(out)
+    serde_json::to_vec(&rest(model, call, predictions)?).map_err(|e| internal(&e.to_string()))
 }
 
 fn logits(p: &Prediction) -> Result<&[f32], OipError> {
     p.logits.as_deref().ok_or_else(|| internal("a prediction without its logits"))
-}
-
-/// `v` written as `serde_json` writes it.
-fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> Result<(), OipError> {
-    serde_json::to_writer(out, v).map_err(|e| internal(&e.to_string()))
-}
-
-/// `v` as the next item of an array of which `n` items are written (a comma before it unless
-/// it is the first).
-fn item<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, n: &mut usize, v: &T) -> Result<(), OipError> {
-    if *n > 0 {
-        out.push(b',');
-    }
-    *n += 1;
-    json(out, v)
 }
 
 fn fp32_raw(v: &[f32]) -> Vec<u8> {
@@ -170,73 +116,6 @@ pub fn pb(model: &str, call: &InferCall, predictions: &[Prediction]) -> Result<M
         });
     }
     Ok(resp)
-}
-
-/// [`pb`]'s answer encoded, appended to `out`: the same bytes as `pb(...)?.encode_to_vec()`,
-/// written with prost's wire-format primitives, no message built first (the gateway's gRPC hot
-/// path). On an error `out` is left as it was.
-pub fn pb_write(out: &mut Vec<u8>, model: &str, call: &InferCall, predictions: &[Prediction]) -> Result<(), OipError> {
-    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
-    // Every shape first: the one error (a prediction without its logits) comes before a byte.
-    let shapes = call.outputs.iter().map(|&o| shape(call, o, predictions)).collect::<Result<Vec<_>, _>>()?;
-    if call.wants(Output::Logits) {
-        predictions.iter().try_for_each(|p| logits(p).map(drop))?;
-    }
-    // A length-delimited field's key and length (every tag here is below 16: a 1-byte key).
-    let head = |out: &mut Vec<u8>, tag: u32, len: usize| {
-        encode_key(tag, WireType::LengthDelimited, out);
-        encode_varint(len as u64, out);
-    };
-    let field_len = |len: usize| 1 + encoded_len_varint(len as u64) + len;
-    // A string field, left out when empty (proto3).
-    let string = |out: &mut Vec<u8>, tag: u32, s: &str| {
-        if !s.is_empty() {
-            head(out, tag, s.len());
-            out.extend_from_slice(s.as_bytes());
-        }
-    };
-    string(out, 1, model);
-    string(out, 2, VERSION);
-    string(out, 3, call.id.as_deref().unwrap_or_default());
-    for (&o, shape) in call.outputs.iter().zip(&shapes) {
-        let packed: usize = shape.iter().map(|&d| encoded_len_varint(d as u64)).sum();
-        let shape_len = if shape.is_empty() { 0 } else { field_len(packed) };
-        head(out, 5, field_len(o.name().len()) + field_len(o.datatype().len()) + shape_len);
-        string(out, 1, o.name());
-        string(out, 2, o.datatype());
-        if !shape.is_empty() {
-            head(out, 3, packed);
-            for &d in shape {
-                encode_varint(d as u64, out);
-            }
-        }
-    }
-    for &o in &call.outputs {
-        match o {
-            Output::Label => {
-                head(out, 6, predictions.iter().map(|p| 4 + p.intent.len()).sum());
-                for p in predictions {
-                    out.extend_from_slice(&(p.intent.len() as u32).to_le_bytes());
-                    out.extend_from_slice(p.intent.as_bytes());
-                }
-            }
-            Output::Score => {
-                head(out, 6, 4 * predictions.len());
-                for p in predictions {
-                    out.extend_from_slice(&p.score.to_le_bytes());
-                }
-            }
-            Output::Logits => {
-                // Every row has its logits (checked above).
-                let rows = || predictions.iter().filter_map(|p| p.logits.as_deref());
-                head(out, 6, 4 * rows().map(<[f32]>::len).sum::<usize>());
-                for x in rows().flatten() {
-                    out.extend_from_slice(&x.to_le_bytes());
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A REST answer (a worker's) as the gRPC answer: the same tensors, in raw contents.
@@ -317,76 +196,14 @@ mod tests {
         assert_eq!(via_rest, direct);
     }
 
-    /// [`preds`] with a label to escape, a tiny score and a NaN.
-    fn odd_preds() -> Vec<Prediction> {
-        let mut odd = preds();
-        odd[0].intent = "Play \"Music\"\n\u{1F600}".into();
-        odd[0].score = 1e-7;
-        odd[1].score = f32::NAN;
-        odd
-    }
-
-    /// Outputs asked for, as the byte-for-byte tests vary them.
-    const OUTPUT_SETS: [&[Output]; 4] =
-        [&Output::DEFAULT, &Output::ALL, &[Output::Score], &[Output::Logits, Output::Label]];
-
-    #[test]
-    fn the_written_answer_is_the_serialized_one_byte_for_byte() {
-        for p in [preds(), odd_preds()] {
-            for outputs in OUTPUT_SETS {
-                for (column, id) in [(false, Some("r")), (true, None), (false, Some("\"q\"\\"))] {
-                    let c = InferCall { id: id.map(str::to_owned), ..call(column, outputs) };
-                    let want = serde_json::to_vec(&rest("m\"x", &c, &p).unwrap()).unwrap();
-                    assert_eq!(
-                        String::from_utf8(rest_json("m\"x", &c, &p).unwrap()).unwrap(),
-                        String::from_utf8(want).unwrap()
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn the_written_grpc_answer_is_the_encoded_one_byte_for_byte() {
-        use prost::Message;
-        let mut odd = odd_preds();
-        odd[1].logits = Some(vec![-1.5; 200]);
-        let mut wide = preds();
-        wide[0].intent = "x".repeat(300);
-        for p in [preds(), odd, wide, preds()[..1].to_vec(), Vec::new()] {
-            for outputs in OUTPUT_SETS {
-                for (column, id, model) in
-                    [(false, Some("r"), "m"), (true, None, ""), (false, Some(""), "snips-minilm-l6")]
-                {
-                    let c = InferCall { id: id.map(str::to_owned), ..call(column, outputs) };
-                    let want = pb(model, &c, &p).unwrap().encode_to_vec();
-                    // Appended after what `out` holds (the gRPC frame's prefix, in the gateway).
-                    let mut out = vec![7; 5];
-                    pb_write(&mut out, model, &c, &p).unwrap();
-                    assert_eq!((&out[..5], &out[5..]), (&[7; 5][..], &want[..]), "{model} {outputs:?} {column}");
-                }
-            }
-        }
-    }
-
     #[test]
     fn logits_missing_is_an_internal_error() {
         let mut p = preds();
         p[1].logits = None;
-        assert_eq!(rest("m", &call(false, &[Output::Logits]), &p).unwrap_err().error_type, wire::ErrorType::Internal);
-        assert_eq!(
-            rest_json("m", &call(false, &[Output::Logits]), &p).unwrap_err().error_type,
-            wire::ErrorType::Internal
-        );
-        p.swap(0, 1);
-        assert_eq!(
-            rest_json("m", &call(false, &[Output::Logits]), &p).unwrap_err().error_type,
-            wire::ErrorType::Internal
-        );
         for p in [p.clone(), vec![p[1].clone(), p[0].clone()]] {
-            let mut out = b"kept".to_vec();
-            let e = pb_write(&mut out, "m", &call(false, &[Output::Label, Output::Logits]), &p).unwrap_err();
-            assert_eq!((e.error_type, out.as_slice()), (wire::ErrorType::Internal, &b"kept"[..]));
+            let c = call(false, &[Output::Label, Output::Logits]);
+            assert_eq!(rest("m", &c, &p).unwrap_err().error_type, wire::ErrorType::Internal);
+            assert_eq!(pb("m", &c, &p).unwrap_err().error_type, wire::ErrorType::Internal);
         }
     }
 }

@@ -18,9 +18,9 @@
 //!   while busy. Reported beside the calibration, and the capacity only without one
 //!   (`--calibration-time 0s`). It does not raise the calibrated figure: under overload, with a
 //!   deep queue keeping every batch full, it reads what the worker does with a second of queue
-//!   (on the 2-core VM 835-862 queries/s against a calibration of 688 and a closed-loop
-//!   measurement of 612-679), not a capacity at any latency a user would accept; and on a GPU at
-//!   low load it reads low (small batches are launch-bound).
+//!   (above both the calibration and a closed-loop measurement), not a capacity at any latency
+//!   a user would accept; and on a GPU at low load it reads low (small batches are
+//!   launch-bound).
 //!
 //! The worker never reports zeros in place of a figure: with neither (calibration off, no batch
 //! yet) it reports no capacity, and the gateway falls back as `docs/signal.md` says.

@@ -120,9 +120,8 @@ pub struct Config {
     /// batches at the same time (the heavy lane keeps one). With CUDA, a second session prepares
     /// and launches its batch while the first's runs on the GPU, so a session's waits (and with
     /// `--cuda-sync blocking` its wake-ups) overlap the other's work. Each session holds its own
-    /// copy of the model and, with graphs, its own captures. Default 1 on the CPU; 2 on a GPU
-    /// (measured on an H100: with blocking waits, the host CPU per request falls by about a
-    /// tenth at the same throughput).
+    /// copy of the model and, with graphs, its own captures. Default 1 on the CPU; 2 on a GPU,
+    /// where with blocking waits it lowers the host CPU per request at the same throughput.
     #[arg(long, env = "WORKER_SESSIONS", help_heading = heading::BACKEND)]
     pub sessions: Option<usize>,
 
@@ -130,8 +129,8 @@ pub struct Config {
     #[arg(long, env = "WORKER_CUDA_MEM_LIMIT", default_value_t = 0, help_heading = heading::CUDA)]
     pub cuda_mem_limit: usize,
 
-    /// Most queries in one batch. Default 32 on the CPU; 256 on a GPU (measured on an H100:
-    /// batches of 256 alternate, one running while the next fills).
+    /// Most queries in one batch. Default 32 on the CPU; 256 on a GPU, where batches that large
+    /// alternate, one running while the next fills.
     #[arg(long, env = "WORKER_MAX_BATCH_ROWS", help_heading = heading::BATCHING)]
     pub max_batch_rows: Option<usize>,
 

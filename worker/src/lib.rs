@@ -44,9 +44,10 @@ use crate::stats::Stats;
 
 /// mimalloc instead of glibc's malloc, for the worker binary and everything else linking this
 /// crate (its tests, `examples/fake_worker.rs`): a request allocates and frees a few dozen small
-/// blocks on whichever runtime thread serves it, and glibc's per-arena locks contend across 16
-/// runtime threads (the H100 profile in issue 14: glibc's allocator ~36 % of the worker's CPU,
-/// ~6.5 % in lock contention). Measured in `benches/RESULTS.md` (host cost).
+/// blocks on whichever runtime thread serves it, and glibc's per-arena locks contend across many
+/// runtime threads (a GPU host's profile in issue 14 found glibc's allocator and its lock
+/// contention among the worker's largest costs; `benches/RESULTS.md`, "The worker's host cost
+/// and allocations").
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -26,7 +26,6 @@ use oip::pb::{
     ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
 };
 use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
-use prost::Message;
 use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use wire::{ErrorBody, ErrorType};
@@ -69,35 +68,31 @@ impl Service {
         }
     }
 
-    /// `ModelInfer` of model `model` (and `version`, none when empty) with `call` (read already,
-    /// or why it is refused): the request id to give back, and the answer encoded with room for
-    /// its gRPC prefix ([`Framed`]). Called by the trait's method and, without its boxed future
-    /// and `tonic::Request` wrapping, by the listener's direct path (`server.rs`), which reads
-    /// the message in place (`InferCall::from_pb_bytes`). The call goes to the predict entry as
-    /// read already ([`predict::call`](crate::http::call)), not as a REST request to build and
-    /// read again.
+    /// `ModelInfer`: the answer and the request id to give back. Called by the trait's method
+    /// and, without its boxed future and `tonic::Request` wrapping, by the listener's direct
+    /// path (`server.rs`). The call goes to the predict entry as read already
+    /// ([`predict::call`](crate::http::call)), not as a REST request to build and read again.
     pub(crate) async fn infer(
         &self,
         md: &MetadataMap,
-        model: &str,
-        version: &str,
-        call: Result<InferCall, oip::OipError>,
-    ) -> Result<(Option<MetadataValue<Ascii>>, Framed), Status> {
-        let path = model_path(model, version, "/infer");
+        mut r: ModelInferRequest,
+    ) -> Result<(Option<MetadataValue<Ascii>>, ModelInferResponse), Status> {
+        let (model, version) = (std::mem::take(&mut r.model_name), std::mem::take(&mut r.model_version));
+        let path = model_path(&model, &version, "/infer");
         let path = PathAndQuery::try_from(path)
             .map_err(|e| Status::invalid_argument(format!("bad model name or version: {e}")))?;
-        let call = call?;
-        let body = call.rest_json();
+        let call = InferCall::from_pb(r)?;
+        let body = serde_json::to_vec(&call.to_rest()).map_err(|e| Status::internal(e.to_string()))?;
         let texts = call.texts.len() as u64;
         // A call of one text may be merged (`routing::coalesce`): checked here, from the call
         // read already. Merged, its prediction comes back beside the answer and is answered in
         // protobuf directly.
-        let version = Some(version).filter(|v| !v.is_empty()).map(str::to_owned);
+        let version = Some(version).filter(|v| !v.is_empty());
         let meta =
             InferCall { id: call.id.clone(), texts: Vec::new(), column: call.column, outputs: call.outputs.clone() };
         let reply = Arc::new(OnceLock::new());
         let max_tokens = self.0.pools.ctx().config.max_query_tokens;
-        let single = oip_call(model.to_owned(), version, call, max_tokens, Some(Arc::clone(&reply)));
+        let single = oip_call(model.clone(), version, call, max_tokens, Some(Arc::clone(&reply)));
         let ids = Ids::from_headers(md.as_ref());
         // Pinned here, awaited in either arm: moved into one arm's `timeout`, the future (some
         // kilobytes) would be laid out twice in this one's, and copied in full at each call.
@@ -117,40 +112,11 @@ impl Service {
         if !a.status.is_success() {
             return Err(with_id_status(refusal(a.status, a.retry_after.as_ref(), &a.body), &id));
         }
-        let mut out = Framed::new();
-        match reply.get() {
-            Some(p) => oip::answer::pb_write(&mut out.0, model, &meta, std::slice::from_ref(p))?,
-            None => oip::answer::pb_from_rest(json(&a.body)?)?.encode_raw(&mut out.0),
-        }
+        let out = match reply.get() {
+            Some(p) => oip::answer::pb(&model, &meta, std::slice::from_ref(p))?,
+            None => oip::answer::pb_from_rest(json(&a.body)?)?,
+        };
         Ok((id, out))
-    }
-}
-
-/// A gRPC message as it is sent: its 5-byte prefix (not compressed, the length) and the
-/// message, written after room left for the prefix.
-pub(crate) struct Framed(Vec<u8>);
-
-impl Framed {
-    const PREFIX: usize = 5;
-
-    fn new() -> Self {
-        let mut v = Vec::with_capacity(256);
-        v.resize(Self::PREFIX, 0);
-        Self(v)
-    }
-
-    /// The message.
-    pub(crate) fn message(&self) -> &[u8] {
-        &self.0[Self::PREFIX..]
-    }
-
-    /// The message with its prefix, as one data frame's bytes.
-    pub(crate) fn into_frame(mut self) -> Result<Bytes, Status> {
-        let len = u32::try_from(self.0.len() - Self::PREFIX)
-            .map_err(|_| Status::internal("the answer is larger than 4 GiB"))?;
-        self.0[0] = 0;
-        self.0[1..Self::PREFIX].copy_from_slice(&len.to_be_bytes());
-        Ok(self.0.into())
     }
 }
 
@@ -308,11 +274,8 @@ impl GrpcInferenceService for Service {
     }
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
-        let (md, _, mut r) = req.into_parts();
-        let (model, version) = (std::mem::take(&mut r.model_name), std::mem::take(&mut r.model_version));
-        let (id, answer) = self.infer(&md, &model, &version, InferCall::from_pb(r)).await?;
-        let answer = ModelInferResponse::decode(answer.message())
-            .map_err(|e| Status::internal(format!("the answer did not decode: {e}")))?;
+        let (md, _, r) = req.into_parts();
+        let (id, answer) = self.infer(&md, r).await?;
         Ok(with_id(answer, id))
     }
 }

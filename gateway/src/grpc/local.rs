@@ -19,9 +19,9 @@
 //! timer), not on every turn a call takes (see [`Exec::run`]).
 //!
 //! The price: one connection's calls are bound by one thread. A few very busy connections (one
-//! or two clients sending tens of thousands of calls a second) are served faster with a task a
-//! call, spread over the runtime's threads, at more CPU a call: `--grpc-call-tasks`
-//! ([`Exec::Tasks`]; `benches/RESULTS.md` has both, measured).
+//! or two clients sending as fast as they can) are served faster with a task a call, spread over
+//! the runtime's threads, at more CPU a call: `--grpc-call-tasks` ([`Exec::Tasks`];
+//! `benches/RESULTS.md`, "Open Inference Protocol through the gateway", compares the two).
 
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
@@ -101,21 +101,19 @@ impl Exec {
         };
         // New calls started a turn of the task: one on a runtime of one thread, where nothing
         // else runs until this task yields. A call's first poll does its whole work up to the
-        // worker (read, admitted, balanced, its exchange spawned); taken all at once, the 32
-        // calls of one read keep the worker idle until the last is through, and their answers
-        // come back as one burst too (on the 2-core VM at 32 calls on one connection, ahead in 9
-        // rounds of 11, −3.6 % to +25.6 % calls a second; `benches/RESULTS.md`). On a
-        // multi-threaded runtime other threads take the spawned exchanges as they come, and a
-        // turn a call would cost CPU for nothing.
+        // worker (read, admitted, balanced, its exchange spawned); taken all at once, the calls
+        // of one read keep the worker idle until the last is through, and their answers come
+        // back as one burst too (`benches/RESULTS.md`, "Open Inference Protocol through the
+        // gateway", has the comparison). On a multi-threaded runtime other threads take the
+        // spawned exchanges as they come, and a turn a call would cost CPU for nothing.
         let one_thread = matches!(
             tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread)
         );
         // On one thread the connection is polled when it asked to be (its own waker), not on
         // each of the turns its calls take. A multi-threaded runtime polls it every turn, with
-        // the task's waker: on one H200 host a build with the connection's own waker there spent
-        // 0.2-4.6 µs more of the gateway's CPU a gRPC call in 6 runs (though OIP REST, a path
-        // it does not touch, moved as much: `benches/RESULTS.md`), and it saved nothing there.
+        // the task's waker: there the connection's own waker saved nothing on a GPU host
+        // (`benches/RESULTS.md`, "Open Inference Protocol through the gateway").
         let conn_waker = futures::task::waker(Arc::clone(started));
         let mut conn = pin!(conn);
         let mut calls = FuturesUnordered::new();

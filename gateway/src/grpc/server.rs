@@ -1,12 +1,11 @@
 //! The gRPC listener's connections, served on hyper's HTTP/2 server. `ModelInfer`, the call
 //! that carries the load, is answered here directly: its one message read from the request's
-//! body, read in place (`oip::InferCall::from_pb_bytes`; decoded with prost when it is not as
-//! usual), handed to [`infer::Service`] and its answer, encoded straight after its frame's
-//! prefix, written back as one data frame and the `grpc-status` trailer. Every other call goes
-//! to tonic's router ([`tonic::service::Routes`]) unchanged. tonic's transport put five service
-//! layers, an axum router's lookup, a boxed body and its streaming codec around every call:
-//! without them the gateway spends 12-16 % less CPU a `ModelInfer` call at 32 calls at once
-//! (`benches/RESULTS.md`, "Open Inference Protocol through the gateway").
+//! body and decoded with prost, handed to [`infer::Service`], and its answer encoded with prost
+//! into one data frame, followed by the `grpc-status` trailer. Every other call goes to tonic's
+//! router ([`tonic::service::Routes`]) unchanged. tonic's transport would put five service
+//! layers, an axum router's lookup, a boxed body and its streaming codec around every call, which
+//! cost the gateway CPU on every `ModelInfer` (`benches/RESULTS.md`, "Open Inference Protocol
+//! through the gateway", has the comparison).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -14,12 +13,11 @@ use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Request, Response, header};
 use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use oip::InferCall;
 use oip::pb::ModelInferRequest;
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -154,24 +152,16 @@ impl Calls {
             )));
         }
         let msg = read_message(body, self.max_message).await?;
-        let md = MetadataMap::from_headers(parts.headers);
-        // Read in place as the message usually comes; else decoded by prost, which words a
-        // refusal (`InferCall::from_pb_bytes`).
-        let names: (String, String);
-        let (model, version, call) = match InferCall::from_pb_bytes(&msg) {
-            Some(pb) => (pb.model_name, pb.model_version, pb.call),
-            None => {
-                let mut r = ModelInferRequest::decode(msg.clone())
-                    .map_err(|e| Status::internal(format!("failed to decode: {e}")))?;
-                names = (std::mem::take(&mut r.model_name), std::mem::take(&mut r.model_version));
-                (names.0.as_str(), names.1.as_str(), InferCall::from_pb(r))
-            }
-        };
-        let (id, answer) = self.infer.infer(&md, model, version, call).await?;
-        let frame = answer.into_frame()?;
+        let msg = ModelInferRequest::decode(msg).map_err(|e| Status::internal(format!("failed to decode: {e}")))?;
+        let (id, answer) = self.infer.infer(&MetadataMap::from_headers(parts.headers), msg).await?;
+        let len = answer.encoded_len();
+        let mut frame = BytesMut::with_capacity(5 + len);
+        frame.put_u8(0);
+        frame.put_u32(u32::try_from(len).map_err(|_| Status::internal("the answer is larger than 4 GiB"))?);
+        answer.encode_raw(&mut frame);
         let mut trailers = http::HeaderMap::with_capacity(1);
         trailers.insert("grpc-status", HeaderValue::from_static("0"));
-        let frames = [Ok::<_, Infallible>(Frame::data(frame)), Ok(Frame::trailers(trailers))];
+        let frames = [Ok::<_, Infallible>(Frame::data(frame.freeze())), Ok(Frame::trailers(trailers))];
         let mut md = MetadataMap::new();
         if let Some(mut id) = id {
             // The request id is new on every answer: HPACK-indexed it would only push the

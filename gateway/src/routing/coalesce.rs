@@ -36,10 +36,10 @@
 //! without it (retry `slow`, as alone); its part of the merge's answer is then dropped. A member
 //! whose client went away before its merge left is skipped, never sent.
 
-use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use http::{HeaderValue, Method};
+use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -347,10 +347,11 @@ fn merged_body(members: &[Member]) -> Vec<u8> {
     body
 }
 
-/// What each item of the worker's list answer must be: a prediction.
+/// The worker's list answer: each item's text as it is in the body.
 #[derive(serde::Deserialize)]
-struct Batch {
-    predictions: Vec<Item>,
+struct Batch<'a> {
+    #[serde(borrow)]
+    predictions: Vec<&'a RawValue>,
 }
 
 /// An item must have an `intent` and a numeric `score`, as a worker's prediction has (read
@@ -364,10 +365,10 @@ struct Item {
 }
 
 /// The worker's 2xx answer `a` to a merge of `n` queries, split into one answer per query, in
-/// order: the status, `Content-Type` and `Retry-After` (if any) of `a`, and as body the bytes of the list's item (what
-/// the worker answers the query alone: it writes both with the same serializer). The charge of
-/// `a` in the budget of answers is split with it. An answer that is not JSON, not a list of
-/// predictions, or not one per query is refused (why).
+/// order: the status, `Content-Type` and `Retry-After` (if any) of `a`, and as body the bytes
+/// of the list's item (what the worker answers the query alone: it writes both with the same
+/// serializer). The charge of `a` in the budget of answers is split with it. An answer that is
+/// not JSON, not a list of predictions, or not one per query is refused (why).
 fn split(a: Answer, n: usize) -> Result<Vec<Answer>, String> {
     let json = a.content_type.as_ref().is_some_and(|v| {
         let essence = v.as_bytes().split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
@@ -376,127 +377,26 @@ fn split(a: Answer, n: usize) -> Result<Vec<Answer>, String> {
     if !json {
         return Err("not JSON".to_owned());
     }
-    let batch: Batch = serde_json::from_slice(&a.body).map_err(|e| format!("not a list of predictions: {e}"))?;
+    let not_a_list = |e: serde_json::Error| format!("not a list of predictions: {e}");
+    let batch: Batch<'_> = serde_json::from_slice(&a.body).map_err(not_a_list)?;
+    for item in &batch.predictions {
+        serde_json::from_str::<Item>(item.get()).map_err(not_a_list)?;
+    }
     if batch.predictions.len() != n {
         return Err(format!("{} predictions for {n} queries", batch.predictions.len()));
     }
-    let items = list_items(&a.body).filter(|items| items.len() == n).ok_or("its list could not be split")?;
     let mut charge = a.charge;
-    Ok(items
+    Ok(batch
+        .predictions
         .into_iter()
-        .map(|r| Answer {
+        .map(|item| Answer {
             status: a.status,
             content_type: a.content_type.clone(),
             retry_after: a.retry_after.clone(),
-            charge: charge.as_mut().map(|c| c.split_off(r.len())),
-            body: a.body.slice(r),
+            charge: charge.as_mut().map(|c| c.split_off(item.get().len())),
+            body: a.body.slice_ref(item.get().as_bytes()),
         })
         .collect())
-}
-
-/// The byte ranges of the items of the top-level `"predictions"` array of `body`, a JSON object
-/// already checked to be valid JSON; `None` if there is no such array.
-fn list_items(body: &[u8]) -> Option<Vec<Range<usize>>> {
-    let mut i = skip_ws(body, 0);
-    if body.get(i) != Some(&b'{') {
-        return None;
-    }
-    i += 1;
-    loop {
-        i = skip_ws(body, i);
-        match body.get(i)? {
-            b',' => {
-                i += 1;
-                continue;
-            }
-            b'"' => {}
-            _ => return None,
-        }
-        let key_end = string_end(body, i)?;
-        let key = &body[i + 1..key_end - 1];
-        i = skip_ws(body, key_end);
-        if body.get(i) != Some(&b':') {
-            return None;
-        }
-        i = skip_ws(body, i + 1);
-        if key == b"predictions" {
-            return array_items(body, i);
-        }
-        i = value_end(body, i)?;
-    }
-}
-
-fn array_items(body: &[u8], mut i: usize) -> Option<Vec<Range<usize>>> {
-    if body.get(i) != Some(&b'[') {
-        return None;
-    }
-    i += 1;
-    let mut items = Vec::new();
-    loop {
-        i = skip_ws(body, i);
-        match body.get(i)? {
-            b']' => return Some(items),
-            b',' => i += 1,
-            _ => {
-                let end = value_end(body, i)?;
-                items.push(i..end);
-                i = end;
-            }
-        }
-    }
-}
-
-fn skip_ws(body: &[u8], mut i: usize) -> usize {
-    while matches!(body.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-        i += 1;
-    }
-    i
-}
-
-/// Where the JSON value starting at `i` ends (one past it).
-fn value_end(body: &[u8], i: usize) -> Option<usize> {
-    match body.get(i)? {
-        b'"' => string_end(body, i),
-        b'{' | b'[' => {
-            let (mut depth, mut j) = (0usize, i);
-            loop {
-                match body.get(j)? {
-                    b'"' => j = string_end(body, j)?,
-                    b'{' | b'[' => {
-                        depth += 1;
-                        j += 1;
-                    }
-                    b'}' | b']' => {
-                        depth -= 1;
-                        j += 1;
-                        if depth == 0 {
-                            return Some(j);
-                        }
-                    }
-                    _ => j += 1,
-                }
-            }
-        }
-        _ => {
-            let mut j = i;
-            while !matches!(body.get(j), None | Some(b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r')) {
-                j += 1;
-            }
-            Some(j)
-        }
-    }
-}
-
-/// Where the JSON string starting at `i` (its opening quote) ends (one past its closing quote).
-fn string_end(body: &[u8], i: usize) -> Option<usize> {
-    let mut j = i + 1;
-    loop {
-        match body.get(j)? {
-            b'\\' => j += 2,
-            b'"' => return Some(j + 1),
-            _ => j += 1,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -77,10 +77,9 @@ impl InputBatch {
 }
 
 /// Rounds batch shapes up to a few buckets: rows to a power of two, sequence length to a multiple
-/// of 16, within the limits. ONNX Runtime's CUDA provider pays tens of milliseconds of CPU time the
-/// first time it meets a shape (measured on an H100: 48 ms per batch when every batch had a new
-/// shape, 1.1 ms once shapes repeat), so a GPU worker runs a bounded set of shapes, all warmed up
-/// at start. A CPU worker runs exact shapes: padding there costs arithmetic, not launches.
+/// of 16, within the limits. ONNX Runtime's CUDA provider pays far more CPU time for a batch
+/// the first time it meets its shape than once shapes repeat, so a GPU worker runs a bounded set
+/// of shapes, all warmed up at start. A CPU worker runs exact shapes: padding there costs arithmetic, not launches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShapeBuckets {
     pub max_rows: usize,

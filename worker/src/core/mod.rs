@@ -32,11 +32,11 @@ use crate::metrics::Metrics;
 use crate::stats::Stats;
 
 /// Requests with at most this many bytes of queries are tokenized on the runtime thread when
-/// `tokenizers` tokenizes (tens of microseconds a short query)...
+/// `tokenizers` tokenizes...
 const INLINE_TOKENIZE_BYTES: usize = 512;
-/// ... and this many with the `wordpiece` encoder (about a microsecond a short query, 7 us for one
-/// of 1.4 KB cut at 128 tokens: 16 KiB costs at most ~100 us, less than a blocking-pool hand-off
-/// and its wake-ups cost in CPU under load).
+/// ... and this many with the `wordpiece` encoder, far cheaper a query: up to this size it costs
+/// less than a blocking-pool hand-off and its wake-ups cost in CPU under load
+/// (`benches/RESULTS.md`, "Tokenizer").
 const INLINE_TOKENIZE_BYTES_FAST: usize = 16 * 1024;
 
 /// The deadline of a request timeout too long for the clock, as `tokio::time::timeout` sets it.
@@ -306,7 +306,7 @@ impl Core {
     }
 
     /// Whether `queries` are tokenized on the runtime thread, before admission: a short request
-    /// tokenizes in microseconds (tens with `tokenizers`), cheaper than a thread hand-off.
+    /// tokenizes in less CPU than a thread hand-off costs.
     fn tokenizes_inline(&self, queries: &[String]) -> bool {
         let inline = if self.encoder.is_fast() { INLINE_TOKENIZE_BYTES_FAST } else { INLINE_TOKENIZE_BYTES };
         queries.iter().map(String::len).sum::<usize>() <= inline

@@ -67,8 +67,8 @@ pub fn parse_query(raw: &str) -> Result<Call, ApiError> {
 /// `None` for any other shape, or a value that is not UTF-8 once decoded: the general path
 /// parses or refuses those, and answers as before. Same call as the general path whenever it
 /// gives one (`lone_queries_parse_as_the_general_path_parses_them` below), without its check
-/// pass, its form parser's copies and lossy decoding, or serde (an eighth of the worker's own
-/// instructions per request, under callgrind, before it).
+/// pass, its form parser's copies and lossy decoding, or serde, which were a large share of the
+/// worker's own instructions per request.
 fn parse_lone_query(raw: &str) -> Option<Call> {
     let query = wire::decode_lone_query(raw)?;
     Some(Call { queries: smallvec![query], batch: false, all_scores: false })

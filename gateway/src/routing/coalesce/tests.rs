@@ -113,16 +113,13 @@ fn an_inference_of_the_protocol_is_answered_from_its_item_as_the_worker_answers_
 }
 
 #[test]
-fn items_are_found_in_any_valid_spelling_of_the_list() {
-    let body = br#" { "model" : {"a": [1, "]"]}, "n": -1.5e3 ,
+fn items_are_split_from_any_valid_spelling_of_the_list() {
+    let body = r#" { "model" : {"a": [1, "]"]}, "n": -1.5e3 ,
         "predictions" : [ {"intent": "A", "score": 1} ,{"intent":"B\\\"","score":0.5}
         ] } "#;
-    let items = list_items(body).unwrap();
-    let text: Vec<&str> = items.iter().map(|r| std::str::from_utf8(&body[r.clone()]).unwrap()).collect();
-    assert_eq!(text, [r#"{"intent": "A", "score": 1}"#, r#"{"intent":"B\\\"","score":0.5}"#]);
-    assert_eq!(list_items(br#"{"predictions":[]}"#).unwrap(), Vec::<Range<usize>>::new());
-    assert_eq!(list_items(br#"{"other":[1]}"#), None);
-    assert_eq!(list_items(br#"[{"predictions":[1]}]"#), None);
+    let parts = split(answer(200, "application/json", body), 2).unwrap();
+    let text: Vec<&[u8]> = parts.iter().map(|p| p.body.as_ref()).collect();
+    assert_eq!(text, [br#"{"intent": "A", "score": 1}"#.as_slice(), br#"{"intent":"B\\\"","score":0.5}"#]);
 }
 
 #[test]
@@ -137,6 +134,9 @@ fn an_answer_that_does_not_split_into_one_prediction_per_query_is_refused() {
         (answer(200, "application/json", r#"{"intent":"A","score":0.5}"#), 1, "not a list"),
         (answer(200, "application/json", r#"{"predictions":[{"intent":"A"}]}"#), 1, "not a list"),
         (answer(200, "application/json", r#"{"predictions":{}}"#), 1, "not a list"),
+        (answer(200, "application/json", r#"{"other":[{"intent":"A","score":0.5}]}"#), 1, "not a list"),
+        (answer(200, "application/json", r#"[{"predictions":[{"intent":"A","score":0.5}]}]"#), 1, "not a list"),
+        (answer(200, "application/json", r#"{"predictions":[{"intent":"A","score":"high"}]}"#), 1, "not a list"),
         (answer(200, "application/json", ""), 1, "not a list"),
     ];
     for (a, n, why) in cases {
