@@ -109,3 +109,77 @@ pub async fn all_up(up: &mut watch::Receiver<Up>) -> Result<(), String> {
         Err(_) => Err("the sessions' watch closed".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex, mpsc as std_mpsc};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::InputBatch;
+
+    type Gate = std_mpsc::Sender<Result<(), BackendError>>;
+
+    /// A backend whose warm-up waits until the test says how it ends.
+    struct Gated(std_mpsc::Receiver<Result<(), BackendError>>);
+
+    impl Backend for Gated {
+        fn infer(&mut self, _: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
+            Ok(Vec::new())
+        }
+        fn warm_up(&mut self) -> Result<(), BackendError> {
+            self.0.recv().unwrap_or(Ok(()))
+        }
+    }
+
+    /// Two light sessions and a heavy one, each made on a thread of its own as `Core::start`
+    /// does; their reports, and the gates ending the light sessions' warm-ups and the heavy one's.
+    fn sessions() -> (Reports, [Gate; 2], Gate) {
+        let (light, light_warmups): (Vec<_>, Vec<_>) = (0..2).map(|_| std_mpsc::channel()).unzip();
+        let (heavy, heavy_warmup) = std_mpsc::channel();
+        let warmups = Mutex::new((light_warmups, Some(heavy_warmup)));
+        let (setup, reports) = reporting(3, move |class| {
+            let mut w = warmups.lock().unwrap();
+            Ok(Gated(if class == Class::Heavy { w.1.take().unwrap() } else { w.0.pop().unwrap() }))
+        });
+        let setup = Arc::new(setup);
+        for class in [Class::Light, Class::Light, Class::Heavy] {
+            let setup = setup.clone();
+            std::thread::spawn(move || drop(setup(class)));
+        }
+        (reports, light.try_into().unwrap(), heavy)
+    }
+
+    #[tokio::test]
+    async fn the_worker_serves_once_one_session_of_each_lane_is_warm_and_the_rest_join() {
+        let (reports, light, heavy) = sessions();
+        let serving = tokio::spawn(wait_serving(reports));
+        // Both light sessions are warm, the heavy lane's is not: not yet.
+        light.iter().for_each(|g| g.send(Ok(())).unwrap());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!serving.is_finished(), "no heavy session is warm yet");
+        heavy.send(Ok(())).unwrap();
+        let mut up = serving.await.unwrap().expect("serving");
+        assert_eq!(all_up(&mut up).await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_session_still_warming_joins_later_and_its_failure_is_reported() {
+        let (reports, light, heavy) = sessions();
+        light[0].send(Ok(())).unwrap();
+        heavy.send(Ok(())).unwrap();
+        let mut up = wait_serving(reports).await.expect("serving with one light session");
+        assert_eq!(*up.borrow(), Up::Coming);
+        light[1].send(Err(BackendError::Inference("capture failed".into()))).unwrap();
+        let failed = all_up(&mut up).await.unwrap_err();
+        assert!(failed.contains("capture failed"), "{failed}");
+    }
+
+    #[tokio::test]
+    async fn a_session_failing_before_the_worker_serves_is_the_start_up_error() {
+        let (reports, light, _heavy) = sessions();
+        light[0].send(Err(BackendError::Load("no model".into()))).unwrap();
+        let e = wait_serving(reports).await.unwrap_err();
+        assert!(e.to_string().contains("no model"), "{e}");
+    }
+}

@@ -128,12 +128,16 @@ impl OrtBackend {
                     .into(),
             ));
         }
-        // Shared: its allocations must not meet another session's capture.
-        let _gpu = options.cuda_graph.then(gpu_shared);
-        let session = builder.commit_from_file(model).map_err(load)?;
-        let mut backend = Self::from_session(session, num_labels)?;
-        binding::attach(&mut backend, env, options)?;
-        Ok(backend)
+        let (backend, attached) = {
+            // Shared: its allocations must not meet another session's capture.
+            let _gpu = options.cuda_graph.then(gpu_shared);
+            let session = builder.commit_from_file(model).map_err(load)?;
+            let mut backend = Self::from_session(session, num_labels)?;
+            let attached = binding::attach(&mut backend, env, options);
+            (backend, attached)
+        };
+        // A backend dropped on an error takes the lock itself (`Guarded`): not under ours.
+        attached.map(|()| backend)
     }
 
     fn from_session(session: Session, num_labels: usize) -> Result<Self, BackendError> {
