@@ -342,7 +342,8 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
         }
     });
     let recalibration = match (carried, cache) {
-        (Some(c), Some((cache, key))) => {
+        // `--capacity` wins over a carried-over figure.
+        (Some(c), Some((cache, key))) if worker.state.calibrated().is_none() => {
             tracing::info!(capacity_per_s = c.per_s, "capacity carried over from the last calibration; recalibrating");
             worker.state.set_calibrated(c);
             let (state, config, up) = (worker.state(), config.clone(), worker.up.clone());

@@ -117,6 +117,9 @@ impl OrtBackend {
         num_labels: usize,
     ) -> Result<Self, BackendError> {
         let load = |e: ort::Error| BackendError::Load(e.to_string());
+        // Shared from here to the end of the load: setting CUDA's wait policy, the session's
+        // allocations and its buffers must not meet another session's capture.
+        let gpu = options.cuda_graph.then(gpu_shared);
         let mut builder = options::builder(env, options)?;
         if options.io_binding && !options.cuda_graph && matches!(options.device, Device::Cuda(_)) {
             // Measured on an H100 (benches/RESULTS.md): ONNX Runtime 1.31.1 fails the first bound
@@ -128,15 +131,11 @@ impl OrtBackend {
                     .into(),
             ));
         }
-        let (backend, attached) = {
-            // Shared: its allocations must not meet another session's capture.
-            let _gpu = options.cuda_graph.then(gpu_shared);
-            let session = builder.commit_from_file(model).map_err(load)?;
-            let mut backend = Self::from_session(session, num_labels)?;
-            let attached = binding::attach(&mut backend, env, options);
-            (backend, attached)
-        };
+        let session = builder.commit_from_file(model).map_err(load)?;
+        let mut backend = Self::from_session(session, num_labels)?;
+        let attached = binding::attach(&mut backend, env, options);
         // A backend dropped on an error takes the lock itself (`Guarded`): not under ours.
+        drop(gpu);
         attached.map(|()| backend)
     }
 
