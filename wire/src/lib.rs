@@ -194,7 +194,8 @@ pub struct CapacityStats {
     /// Which of the two `per_s` is.
     pub source: CapacitySource,
     /// Queries per second measured by the start-up calibration (full batches through the real
-    /// pipeline, before the worker turned ready), or set by `--capacity`.
+    /// pipeline, before the worker turned ready, or while it serves after a carried-over start),
+    /// or set by `--capacity`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibrated_per_s: Option<f64>,
     /// Real tokens per query of the calibration's queries.
@@ -209,6 +210,10 @@ pub struct CapacityStats {
     pub tokens_per_query: Option<f64>,
     /// Backend sessions that run batches at the same time (the light lane's).
     pub sessions: u64,
+    /// The calibrated figure is the last calibration's of the same model, device and settings,
+    /// carried over from the worker's capacity cache until its own calibration replaces it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub carried_over: bool,
 }
 
 /// Where [`CapacityStats::per_s`] comes from.

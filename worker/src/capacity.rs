@@ -49,13 +49,16 @@ const MIN_OBSERVED_BUSY: Duration = Duration::from_millis(50);
 /// The calibration ends by this many times `--calibration-time` at the latest.
 const MAX_CALIBRATION_FACTOR: u32 = 10;
 
-/// A capacity known before traffic: measured at start, or set by the operator.
+/// A capacity known before traffic: measured at start, carried over from the last calibration
+/// (`capacity_cache`), or set by the operator.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Calibrated {
     pub per_s: f64,
     /// Real tokens per query of the calibration's queries (`None` when configured).
     pub tokens_per_query: Option<f64>,
     pub configured: bool,
+    /// The last calibration's figure, until this start's own calibration replaces it.
+    pub carried_over: bool,
 }
 
 /// What the calibration ran, for its log line.
@@ -104,8 +107,10 @@ pub async fn calibrate(core: &Arc<Core>, plan: Plan) -> Result<Calibration, Core
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let cap = started + plan.min_time.max(Duration::from_millis(1)) * MAX_CALIBRATION_FACTOR;
-    // Measuring starts once the warm-up queries are answered: (instant, answered then).
-    let mark = Arc::new(std::sync::OnceLock::<(Instant, u64)>::new());
+    // Measuring starts once the warm-up queries are answered: (instant, answered then, clients'
+    // queries answered by then). Clients' queries answered meanwhile count too: when the worker
+    // already serves, they take the room the calibration's would have.
+    let mark = Arc::new(std::sync::OnceLock::<(Instant, u64, u64)>::new());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..plan.in_flight {
@@ -116,12 +121,12 @@ pub async fn calibrate(core: &Arc<Core>, plan: Plan) -> Result<Calibration, Core
             while !stop.load(Ordering::Relaxed) && Instant::now() < cap {
                 let q: Queries = smallvec::smallvec![queries[k % queries.len()].to_owned()];
                 k += plan.in_flight;
-                core.predict(q, crate::core::Detail::default()).await?;
+                core.predict_synthetic(q).await?;
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                 if n >= plan.warmup_queries {
-                    let _ = mark.set((Instant::now(), n));
+                    let _ = mark.set((Instant::now(), n, core.answered_total()));
                 }
-                if let Some(&(at, from)) = mark.get()
+                if let Some(&(at, from, _)) = mark.get()
                     && n.saturating_sub(from) >= plan.min_queries
                     && at.elapsed() >= plan.min_time
                 {
@@ -141,12 +146,13 @@ pub async fn calibrate(core: &Arc<Core>, plan: Plan) -> Result<Calibration, Core
     if let Some(e) = first_error {
         return Err(e);
     }
-    let (at, from) = mark.get().copied().unwrap_or((started, 0));
+    let (at, from, clients_from) = mark.get().copied().unwrap_or((started, 0, core.answered_total()));
     let measured = at.elapsed();
-    let measured_queries = done.load(Ordering::Relaxed).saturating_sub(from);
+    let clients = core.answered_total().saturating_sub(clients_from);
+    let measured_queries = done.load(Ordering::Relaxed).saturating_sub(from) + clients;
     let per_s = measured_queries as f64 / measured.as_secs_f64().max(1e-6);
     Ok(Calibration {
-        result: Calibrated { per_s, tokens_per_query: Some(tokens_per_query), configured: false },
+        result: Calibrated { per_s, tokens_per_query: Some(tokens_per_query), configured: false, carried_over: false },
         measured_queries,
         measured,
         in_flight: plan.in_flight,
@@ -179,6 +185,7 @@ pub fn estimate(calibrated: Option<Calibrated>, w: BackendWindow, sessions: usiz
         observed_per_s: observed,
         tokens_per_query,
         sessions: sessions as u64,
+        carried_over: calibrated.is_some_and(|c| c.carried_over),
     })
 }
 
@@ -186,7 +193,8 @@ pub fn estimate(calibrated: Option<Calibrated>, w: BackendWindow, sessions: usiz
 mod tests {
     use super::*;
 
-    const CAL: Calibrated = Calibrated { per_s: 1000.0, tokens_per_query: Some(12.0), configured: false };
+    const CAL: Calibrated =
+        Calibrated { per_s: 1000.0, tokens_per_query: Some(12.0), configured: false, carried_over: false };
 
     fn window(batches: u64, rows: u64, tokens_per_row: u64, busy_ms: u64) -> BackendWindow {
         BackendWindow { batches, rows, tokens: rows * tokens_per_row, busy: Duration::from_millis(busy_ms) }
@@ -203,6 +211,9 @@ mod tests {
     fn an_idle_worker_reports_its_calibration() {
         let c = estimate(Some(CAL), BackendWindow::default(), 2).unwrap();
         assert_eq!((c.per_s, c.source, c.observed_per_s, c.sessions), (1000.0, CapacitySource::Calibration, None, 2));
+        assert!(!c.carried_over);
+        let carried = estimate(Some(Calibrated { carried_over: true, ..CAL }), BackendWindow::default(), 2).unwrap();
+        assert_eq!((carried.per_s, carried.source, carried.carried_over), (1000.0, CapacitySource::Calibration, true));
     }
 
     #[test]
@@ -237,7 +248,7 @@ mod tests {
 
     #[test]
     fn a_configured_capacity_is_taken_as_is() {
-        let set = Calibrated { per_s: 300.0, tokens_per_query: None, configured: true };
+        let set = Calibrated { per_s: 300.0, tokens_per_query: None, configured: true, carried_over: false };
         let c = estimate(Some(set), window(40, 1200, 40, 100), 1).unwrap();
         assert_eq!((c.per_s, c.source), (300.0, CapacitySource::Configured));
     }

@@ -87,10 +87,10 @@ pub struct Config {
     #[arg(long, env = "WORKER_IO_BINDING", help_heading = heading::BACKEND)]
     pub io_binding: bool,
 
-    /// With CUDA, capture each batch shape's run as a CUDA graph at start and replay it for
-    /// every batch of that shape: one launch per batch instead of one per kernel, which takes
-    /// most of the host's work per batch off the backend thread. Batches then run through device
-    /// buffers kept per shape. `auto`: on with CUDA. Ignored on the CPU (nothing to capture).
+    /// With CUDA, capture each batch shape's run as a CUDA graph (the shapes of full batches at
+    /// start, every other one at its first batch) and replay it for every batch of that shape:
+    /// one launch per batch instead of one per kernel, which takes most of the host's work per
+    /// batch off the backend thread. Batches then run through device buffers kept per shape. `auto`: on with CUDA. Ignored on the CPU (nothing to capture).
     #[arg(long, env = "WORKER_CUDA_GRAPH", value_enum, default_value = "auto", help_heading = heading::CUDA)]
     pub cuda_graph: Toggle,
 
@@ -152,15 +152,19 @@ pub struct Config {
     #[arg(long, env = "WORKER_MIN_BATCH_FILL", help_heading = heading::BATCHING)]
     pub min_batch_fill: Option<f64>,
 
-    /// Most queries admitted at once (queued plus running, tokenizing included); beyond it
-    /// requests get 429. Default 1024 on the CPU, 8192 on a GPU. Named as the gateway's limit of
-    /// the same kind; was `--queue-capacity` (`WORKER_QUEUE_CAPACITY`, still read).
+    /// Least number of queries admitted at once (queued plus running, tokenizing included);
+    /// beyond the admission's capacity requests get 429. Once the worker's capacity is known
+    /// (calibrated, carried over or `--capacity`) the admission holds what it answers within
+    /// `--request-timeout` at that rate, never less than this. Default 1024 on the CPU, 8192 on a
+    /// GPU. Named as the gateway's limit of the same kind; was `--queue-capacity`
+    /// (`WORKER_QUEUE_CAPACITY`, still read).
     #[arg(long = "max-outstanding", alias = "queue-capacity", env = "WORKER_MAX_OUTSTANDING", help_heading = heading::ADMISSION)]
     pub queue_capacity: Option<usize>,
 
-    /// Most tokens admitted at once (queued plus running); a request whose tokens do not fit gets
-    /// 429. A query's tokens are its cost: a batch's time grows with them.
-    /// Was `--queue-capacity-tokens` (`WORKER_QUEUE_CAPACITY_TOKENS`, still read).
+    /// Least number of tokens admitted at once (queued plus running); a request whose tokens do
+    /// not fit in the admission's token capacity gets 429. A query's tokens are its cost: a
+    /// batch's time grows with them. Sized from the capacity as `--max-outstanding` is, never
+    /// below this. Was `--queue-capacity-tokens` (`WORKER_QUEUE_CAPACITY_TOKENS`, still read).
     #[arg(
         long = "max-outstanding-tokens",
         alias = "queue-capacity-tokens",
@@ -213,6 +217,15 @@ pub struct Config {
     /// measured elsewhere (a load test at the latency target). Reported as is.
     #[arg(long, env = "WORKER_CAPACITY", help_heading = heading::TELEMETRY)]
     pub capacity: Option<f64>,
+
+    /// Directory of the capacities carried over from one start to the next: after calibrating,
+    /// the worker writes its capacity there under a key of the model file's hash, the device's
+    /// name and the flags that change the capacity; a worker started with the same key reports
+    /// that capacity (and sizes its admission from it) as soon as it serves, and recalibrates
+    /// while serving, replacing it when done. Off unless given (tests and benchmarks start
+    /// from nothing); e.g. `$XDG_CACHE_HOME/worker`, or a volume a pod keeps.
+    #[arg(long, env = "WORKER_CAPACITY_CACHE", help_heading = heading::TELEMETRY)]
+    pub capacity_cache: Option<PathBuf>,
 
     /// Window of the rates in `/v1/stats`, in whole seconds (at least 1s).
     #[arg(long, env = "WORKER_STATS_WINDOW", default_value = "10s", value_parser = humantime::parse_duration, help_heading = heading::TELEMETRY)]
@@ -284,6 +297,29 @@ impl Config {
 
     pub fn min_batch_fill(&self) -> f64 {
         self.per_device(self.min_batch_fill, 0.75, 0.0).clamp(0.0, 1.0)
+    }
+}
+
+impl Config {
+    /// The flags a calibrated capacity depends on, besides the model and the device (the key of
+    /// `capacity_cache`): the backend's settings, the batching, the sessions, the runtime's
+    /// threads and the admission floors (the calibration keeps at most half in flight).
+    pub fn capacity_settings(&self) -> String {
+        format!(
+            "worker {}; {:?}; sessions {}; rows {}; tokens {}; delay {:?}; fill {}; runtime threads {}; \
+             outstanding {}/{}; model file {:?}",
+            env!("CARGO_PKG_VERSION"),
+            self.session_options(),
+            self.sessions(),
+            self.max_batch_rows(),
+            self.max_batch_tokens(),
+            self.max_queue_delay(),
+            self.min_batch_fill(),
+            self.runtime_threads,
+            self.queue_capacity(),
+            self.queue_capacity_tokens,
+            self.model_file,
+        )
     }
 }
 
@@ -408,6 +444,26 @@ mod tests {
         assert_eq!(set(&["--device", "cuda:0", "--cuda-sync", "spin"]), (2, CudaSync::Spin));
         assert_eq!(set(&["--sessions", "0"]), (1, CudaSync::Auto), "at least one");
         assert_eq!(set(&["--sessions", "3"]), (3, CudaSync::Auto), "no CUDA, nothing to set");
+    }
+
+    #[test]
+    fn the_capacity_settings_change_with_the_flags_that_change_the_capacity_only() {
+        let settings = |args: &[&str]| Config::parse_from([&["worker"], args].concat()).capacity_settings();
+        let plain = settings(&[]);
+        for changed in [
+            &["--max-batch-rows", "64"][..],
+            &["--sessions", "2"],
+            &["--intra-op-threads", "3"],
+            &["--device", "cuda:0"],
+            &["--max-queue-delay", "2ms"],
+            &["--runtime-threads", "4"],
+            &["--max-outstanding", "100"],
+        ] {
+            assert_ne!(settings(changed), plain, "{changed:?}");
+        }
+        for same in [&["--calibration-time", "5s"][..], &["--listen", "127.0.0.1:0"], &["--request-timeout", "9s"]] {
+            assert_eq!(settings(same), plain, "{same:?}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod batching;
 pub mod capacity;
+pub mod capacity_cache;
 pub mod class;
 pub mod config;
 pub mod core;
@@ -17,6 +18,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod sessions;
 pub mod stats;
 pub mod telemetry;
 
@@ -28,13 +30,15 @@ use std::time::Duration;
 use axum::Router;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 pub use config::Config;
 
 use crate::backend::{Backend, BackendError, OrtBackend, ShapeBuckets};
 use crate::batching::Limits;
+use crate::capacity::Calibrated;
+use crate::capacity_cache::{Cache, Key};
 use crate::config::Device;
 use crate::core::{Capacity, Class, Core, Parts, RequestLimits};
 use crate::http::{AppState, Inner};
@@ -54,6 +58,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The least time the listener's drain gives answers already computed to be written.
 const MIN_ANSWER_TIME: Duration = Duration::from_secs(1);
+
+/// Longest the worker waits for NVML to name its GPU (the capacity cache's key).
+const GPU_NAME_WAIT: Duration = Duration::from_secs(2);
 
 /// Longest the worker waits at exit for its backend threads to drop their backends.
 const BACKEND_EXIT_WAIT: Duration = Duration::from_secs(10);
@@ -78,11 +85,14 @@ pub struct Worker {
     /// The client listener's limits and its metrics (registered with the worker's).
     listener: listener::Config,
     listener_metrics: listener::Metrics,
+    /// Whether every backend session is up yet (see [`sessions`]).
+    up: watch::Receiver<sessions::Up>,
 }
 
 /// Builds a worker for `model` around the backends that `make_backend` makes: one per session of
-/// each lane ([`Class`]), each called on that session's own thread; the first error is returned
-/// here.
+/// each lane ([`Class`]), each called on that session's own thread and then warmed up there.
+/// Returns once every session is loaded and one of each lane is warm (see [`sessions`]); an error
+/// before that is returned here, one after it stops [`run`].
 pub async fn build<B, F>(config: &Config, model: ModelDir, make_backend: F) -> Result<Worker, StartupError>
 where
     B: Backend,
@@ -102,17 +112,7 @@ where
 
     // The light lane's sessions; the heavy lane's rare, long batches keep one.
     let sessions = [config.sessions(), 1];
-    let backends: usize = sessions.iter().sum();
-    let (loaded_tx, mut loaded_rx) = mpsc::channel(backends);
-    let setup = move |class| {
-        let made = make_backend(class);
-        let (report, backend) = match made {
-            Ok(b) => (Ok(()), Some(b)),
-            Err(e) => (Err(e), None),
-        };
-        let _ = loaded_tx.blocking_send(report);
-        backend
-    };
+    let (setup, reports) = sessions::reporting(sessions.iter().sum(), make_backend);
     let parts = Parts {
         encoder: model.encoder,
         labels: model.labels.clone(),
@@ -133,10 +133,7 @@ where
         metrics: metrics.clone(),
     };
     let core = Arc::new(Core::start(parts, setup).map_err(|e| StartupError::Other(format!("backend thread: {e}")))?);
-    for _ in 0..backends {
-        let loaded = loaded_rx.recv().await;
-        loaded.ok_or_else(|| StartupError::Other("a backend thread ended while loading".into()))??;
-    }
+    let up = sessions::wait_serving(reports).await?;
 
     let queue_of = core.clone();
     registry.register_collector(Box::new(LiveCollector {
@@ -158,15 +155,15 @@ where
         metrics,
         registry: Arc::new(registry),
         gpu,
-        calibrated: std::sync::OnceLock::new(),
+        calibrated: std::sync::RwLock::new(None),
     });
-    if let Some(per_s) = config.capacity.filter(|c| *c > 0.0) {
-        let _ = state.calibrated.set(capacity::Calibrated { per_s, tokens_per_query: None, configured: true });
+    if let Some(per_s) = config.capacity.filter(|c| c.is_finite() && *c > 0.0) {
+        state.set_calibrated(Calibrated { per_s, tokens_per_query: None, configured: true, carried_over: false });
     }
     let mut listener = config.listener.config();
     listener.drain_timeout = config.drain_timeout.max(MIN_ANSWER_TIME);
     listener.retry_after_s = http::RETRY_AFTER_S;
-    Ok(Worker { state, drain_timeout: config.drain_timeout, listener, listener_metrics })
+    Ok(Worker { state, drain_timeout: config.drain_timeout, listener, listener_metrics, up })
 }
 
 impl Worker {
@@ -175,35 +172,13 @@ impl Worker {
     }
 
     /// Measures this worker's capacity with synthetic load through its own pipeline (see
-    /// [`capacity`]), before it serves, and forgets that load's counts. Nothing to do when
-    /// `--capacity` set it or `--calibration-time` is 0. A failed calibration is logged and
-    /// leaves the capacity to what batches show once traffic comes.
-    pub async fn calibrate(&self, config: &Config) {
-        if self.state.calibrated.get().is_some() || config.calibration_time.is_zero() {
-            return;
-        }
-        let core = &self.state.core;
-        let plan = capacity::Plan::new(
-            core.light_sessions(),
-            config.max_batch_rows().max(1),
-            core.queue_stats().capacity,
-            config.calibration_time,
-        );
-        match capacity::calibrate(core, plan).await {
-            Ok(c) => {
-                tracing::info!(
-                    capacity_per_s = c.result.per_s,
-                    tokens_per_query = c.result.tokens_per_query,
-                    queries = c.measured_queries,
-                    seconds = c.measured.as_secs_f64(),
-                    in_flight = c.in_flight,
-                    "calibrated"
-                );
-                let _ = self.state.calibrated.set(c.result);
-            }
-            Err(e) => tracing::warn!(error = %e, "calibration failed; capacity from traffic only"),
-        }
+    /// [`capacity`]), before it serves, takes it, and forgets that load's batches. Nothing to
+    /// do when `--capacity` set it or `--calibration-time` is 0. A failed calibration is logged
+    /// and leaves the capacity to what batches show once traffic comes.
+    pub async fn calibrate(&self, config: &Config) -> Option<Calibrated> {
+        let measured = measure(&self.state, config, self.up.clone()).await;
         self.state.stats.forget();
+        measured
     }
 
     /// The router, for `oneshot` in tests or a server of one's own (`serve` serves
@@ -247,10 +222,102 @@ impl Worker {
     }
 }
 
+/// Measures the capacity through `state`'s core and takes it (see [`capacity`]): before the
+/// worker serves, or while it serves a carried-over capacity. `None` when `--capacity` set it,
+/// `--calibration-time` is 0, or it failed (said in the log).
+async fn measure(state: &AppState, config: &Config, mut up: watch::Receiver<sessions::Up>) -> Option<Calibrated> {
+    if state.calibrated().is_some_and(|c| c.configured) || config.calibration_time.is_zero() {
+        return None;
+    }
+    // Every session is measured: those still warming up first join.
+    sessions::all_up(&mut up).await.ok()?;
+    let core = &state.core;
+    let plan = capacity::Plan::new(
+        core.light_sessions(),
+        config.max_batch_rows().max(1),
+        core.queue_stats().capacity,
+        config.calibration_time,
+    );
+    match capacity::calibrate(core, plan).await {
+        Ok(c) => {
+            tracing::info!(
+                capacity_per_s = c.result.per_s,
+                tokens_per_query = c.result.tokens_per_query,
+                queries = c.measured_queries,
+                seconds = c.measured.as_secs_f64(),
+                in_flight = c.in_flight,
+                "calibrated"
+            );
+            state.set_calibrated(c.result);
+            Some(c.result)
+        }
+        Err(e) if core.is_draining() => {
+            tracing::debug!(error = %e, "calibration stopped by the drain");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "calibration failed; capacity from traffic only");
+            None
+        }
+    }
+}
+
+/// The capacity cache and this start's key in it, when `--capacity-cache` is set and the key can
+/// be made (`model_hash`: the model file's, being read).
+async fn capacity_cache(
+    config: &Config,
+    state: &AppState,
+    model_hash: Option<tokio::task::JoinHandle<std::io::Result<u64>>>,
+) -> Option<(Cache, Key)> {
+    let (dir, hashing) = (config.capacity_cache.as_ref()?, model_hash?);
+    let hash = match hashing.await {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "capacity cache unused: the model file could not be read");
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "capacity cache unused: hashing the model failed");
+            return None;
+        }
+    };
+    let device = match config.device {
+        Device::Cpu => capacity_cache::cpu_name(),
+        Device::Cuda(n) => {
+            // NVML names the GPU within its first sample, taken while the sessions load.
+            let mut gpu = state.gpu.clone();
+            let named = |t: &wire::GpuTelemetry| matches!(t, wire::GpuTelemetry::Available(_));
+            let _ = tokio::time::timeout(GPU_NAME_WAIT, gpu.wait_for(named)).await;
+            match &*gpu.borrow() {
+                wire::GpuTelemetry::Available(s) => format!("cuda:{n} {}", s.device.name),
+                wire::GpuTelemetry::Unavailable { reason } => {
+                    tracing::warn!(reason, "capacity cache unused: the GPU has no name");
+                    return None;
+                }
+            }
+        }
+    };
+    Some((Cache::new(dir), Key::new(hash, &device, &config.capacity_settings())))
+}
+
+/// Records a capacity just calibrated for the next start (a failure is only logged).
+async fn store(cache: Cache, key: Key, c: Calibrated) {
+    match tokio::task::spawn_blocking(move || cache.store(&key, &c)).await {
+        Ok(Ok(())) => tracing::debug!("capacity stored for the next start"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "capacity not stored for the next start"),
+        Err(e) => tracing::warn!(error = %e, "capacity not stored for the next start"),
+    }
+}
+
 /// Loads the model and ONNX Runtime, serves until SIGTERM or SIGINT, drains, and returns.
 pub async fn run(config: Config) -> Result<(), StartupError> {
     let model = ModelDir::load(&config.model, config.model_file.as_deref())?;
     tracing::info!(model = %model.model_path.display(), labels = model.labels.len(), device = %config.device, "loading");
+    // The model file's hash, the carried-over capacity's key, is read while the sessions load.
+    let model_hash = config.capacity_cache.is_some().then(|| {
+        let path = model.model_path.clone();
+        tokio::task::spawn_blocking(move || capacity_cache::file_hash(&path))
+    });
     let env = backend::ort::load_library(config.ort_lib.as_deref())?;
     let (path, device, n) = (model.model_path.clone(), config.device, model.labels.len());
     let options = config.session_options();
@@ -265,16 +332,48 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
         }
     })
     .await?;
-    worker.calibrate(&config).await;
+    // With a capacity carried over, the worker serves at once and recalibrates meanwhile;
+    // without one, it calibrates first, so that it never serves without a capacity.
+    let cache = capacity_cache(&config, &worker.state, model_hash).await;
+    let carried = cache.as_ref().and_then(|(cache, key)| match cache.load(key) {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(error = %e, "carried-over capacity ignored");
+            None
+        }
+    });
+    let recalibration = match (carried, cache) {
+        // `--capacity` wins over a carried-over figure.
+        (Some(c), Some((cache, key))) if worker.state.calibrated().is_none() => {
+            tracing::info!(capacity_per_s = c.per_s, "capacity carried over from the last calibration; recalibrating");
+            worker.state.set_calibrated(c);
+            let (state, config, up) = (worker.state(), config.clone(), worker.up.clone());
+            Some(tokio::spawn(async move {
+                if let Some(c) = measure(&state, &config, up).await {
+                    store(cache, key, c).await;
+                }
+            }))
+        }
+        (_, cache) => {
+            if let (Some(c), Some((cache, key))) = (worker.calibrate(&config).await, cache) {
+                store(cache, key, c).await;
+            }
+            None
+        }
+    };
 
     let listener = listener::bind(config.listen).map_err(|e| StartupError::Listen(config.listen, e))?;
     let addr = listener.local_addr().map_err(|e| StartupError::Listen(config.listen, e))?;
     // Before the port is announced (see `listener::stop_signal`).
     let stop = listener::stop_signal();
-    let shutdown = async {
-        // Awaited outside the log macro, which skips its arguments when the level is off.
-        let signal = stop.await;
-        tracing::info!("{signal}");
+    let mut up = worker.up.clone();
+    let shutdown = async move {
+        tokio::select! {
+            // Awaited outside the log macro, which skips its arguments when the level is off.
+            signal = stop => tracing::info!("{signal}"),
+            // A session that could not come up after the worker began serving stops it.
+            Err(_) = sessions::all_up(&mut up) => {}
+        }
     };
     // The gRPC service, announced before the HTTP port (whoever waits for `listening on` finds
     // this line already there); it stops once the HTTP side has drained.
@@ -299,7 +398,13 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     announce("listening on", addr);
     tracing::info!(%addr, "ready");
     let backends = worker.state.core.take_backend_threads();
+    let failed = worker.up.clone();
     let served = worker.serve(listener, shutdown).await;
+    // A recalibration still running holds the core, which the backend threads wait to see go.
+    if let Some(task) = recalibration {
+        task.abort();
+        let _ = task.await;
+    }
     let _ = grpc_stop.send(());
     if let Some(grpc) = grpc
         && tokio::time::timeout(MIN_ANSWER_TIME, grpc).await.is_err()
@@ -313,6 +418,9 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
     let joined = tokio::task::spawn_blocking(move || backends.into_iter().for_each(|t| drop(t.join())));
     if tokio::time::timeout(BACKEND_EXIT_WAIT, joined).await.is_err() {
         tracing::warn!("backend threads still running at exit");
+    }
+    if let sessions::Up::Failed(why) = &*failed.borrow() {
+        return Err(StartupError::Other(format!("a backend session did not come up: {why}")));
     }
     served
 }

@@ -162,6 +162,11 @@ impl Stats {
         self.completed.add(self.second(now), n);
     }
 
+    /// Queries answered since the start (or the last [`forget`](Self::forget)).
+    pub fn completed_total(&self) -> u64 {
+        self.completed.total()
+    }
+
     pub fn rejected(&self, now: Instant, n: u64) {
         self.rejected.add(self.second(now), n);
     }

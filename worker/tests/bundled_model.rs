@@ -132,3 +132,31 @@ fn bound_buffers_give_the_same_logits() {
     let (plain_rows, typed_rows) = (batch(2..5, (8, 16)), typed(batch(2..5, (8, 16))));
     assert_ne!(a.infer(&plain_rows).unwrap(), a.infer(&typed_rows).unwrap());
 }
+
+/// The GPU's path with buckets, on the CPU: every shape's buffers made at once, the shapes of
+/// full batches run by the warm-up, every other shape first run (with CUDA: captured) at its
+/// first batch; a shape met either way answers as the plain path does, at its first batch and
+/// after.
+#[test]
+fn shapes_warmed_at_start_or_at_their_first_batch_give_the_same_logits() {
+    use worker::backend::ShapeBuckets;
+    use worker::backend::ort::SessionOptions;
+
+    let model = ModelDir::load(&testkit::model_dir(), None).unwrap();
+    let n = model.labels.len();
+    let plain = SessionOptions::new(Device::Cpu, 1);
+    let mut a = OrtBackend::load_with(env(), &model.model_path, &plain, n).unwrap();
+    let buckets = ShapeBuckets { max_rows: 4, max_seq: 32 };
+    let graphs = SessionOptions { cuda_graph: true, ..plain };
+    let mut b =
+        OrtBackend::load_with(env(), &model.model_path, &graphs, n).unwrap().with_shape_buckets(buckets, 64).unwrap();
+    b.warm_up().unwrap();
+    let rows: Vec<(Vec<i64>, Vec<i64>)> =
+        testkit::sanity().queries.iter().map(|q| model.encoder.encode(&q.text).unwrap()).collect();
+    // The warm-up ran (4, 16) and (2, 32); the other shapes are first met here, some twice.
+    for range in [0..4, 0..1, 4..6, 1..2, 2..4, 3..7] {
+        let input =
+            InputBatch::pad_to(rows[range.clone()].iter().map(|(i, t)| (&i[..], &t[..])), |r, s| b.padded_shape(r, s));
+        assert_eq!(a.infer(&input).unwrap(), b.infer(&input).unwrap(), "{range:?}: {}x{}", input.rows, input.seq_len);
+    }
+}

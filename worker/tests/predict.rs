@@ -76,7 +76,9 @@ async fn stats_metrics_and_probes_describe_the_worker() {
     let s: WorkerStats = serde_json::from_value(v).unwrap();
     assert_eq!(s.model.labels, testkit::sanity().labels);
     assert_eq!(s.model.device, "cpu");
-    assert_eq!(s.queue.capacity, 1024);
+    // Sized from the calibrated capacity for the 30 s request timeout, the flag's 1024 a floor.
+    let per_s = s.capacity.as_ref().and_then(|c| c.calibrated_per_s).expect("calibrated");
+    assert_eq!(s.queue.capacity, ((per_s * 30.0).ceil() as u64).max(1024), "{per_s} queries/s");
     assert_eq!(s.rates.completed_total, 1);
     assert!(s.ready && !s.draining);
 

@@ -205,6 +205,7 @@ mod tests {
                 observed_per_s: None,
                 tokens_per_query: None,
                 sessions: 2,
+                carried_over: false,
             }),
         };
         serde_json::to_value(stats).unwrap()

@@ -118,6 +118,21 @@ impl ShapeBuckets {
     }
 }
 
+impl ShapeBuckets {
+    /// The shapes of full batches: for each sequence length, the most rows within `max_tokens`.
+    /// What a saturated worker (its calibration, full load) runs.
+    pub fn full(&self, max_tokens: usize) -> Vec<(usize, usize)> {
+        let mut full: Vec<(usize, usize)> = Vec::new();
+        for (rows, seq) in self.all(max_tokens) {
+            match full.iter_mut().find(|(_, s)| *s == seq) {
+                Some(shape) => shape.0 = shape.0.max(rows),
+                None => full.push((rows, seq)),
+            }
+        }
+        full
+    }
+}
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BackendError {
     #[error("ONNX Runtime library: {0}")]
@@ -138,6 +153,13 @@ pub trait Backend: Send + 'static {
     /// The shape to pad a batch of `rows` rows, the longest `seq` tokens, to.
     fn padded_shape(&self, rows: usize, seq: usize) -> (usize, usize) {
         (rows, seq)
+    }
+
+    /// Work done once, on the backend's thread, after it is made and before it takes batches
+    /// (running the shapes of full batches once, say). A worker serves once one session of each
+    /// lane has done it; the others join when they have.
+    fn warm_up(&mut self) -> Result<(), BackendError> {
+        Ok(())
     }
 }
 
@@ -185,5 +207,10 @@ mod tests {
             }
         }
         assert_eq!(all.len(), 9 * 8);
+        // The GPU's defaults: 256 rows up to 64 tokens, then 128 within 16384 tokens.
+        let full = b.full(16384);
+        let want = [(256, 16), (256, 32), (256, 48), (256, 64), (128, 80), (128, 96), (128, 112), (128, 128)];
+        assert_eq!(full, want);
+        assert!(full.iter().all(|s| b.all(16384).contains(s)));
     }
 }

@@ -100,8 +100,9 @@ impl Pending for Entry {
 #[derive(Debug)]
 pub struct BackendLoad {
     pending: AtomicUsize,
-    /// How many batches the backend runs at once: the lane's sessions, each on its own thread.
-    sessions: usize,
+    /// How many batches the backend runs at once: the lane's sessions taking batches, each on
+    /// its own thread.
+    sessions: AtomicUsize,
     finished: Notify,
 }
 
@@ -114,7 +115,20 @@ impl Default for BackendLoad {
 impl BackendLoad {
     /// A backend of `sessions` sessions (at least one).
     pub fn new(sessions: usize) -> Self {
-        Self { pending: AtomicUsize::new(0), sessions: sessions.max(1), finished: Notify::new() }
+        Self { pending: AtomicUsize::new(0), sessions: AtomicUsize::new(sessions.max(1)), finished: Notify::new() }
+    }
+
+    /// A backend whose sessions are still coming up: none counts until it has
+    /// [`joined`](Self::joined), so that no partial batch is cut for a session not there.
+    pub fn joining() -> Self {
+        Self { pending: AtomicUsize::new(0), sessions: AtomicUsize::new(0), finished: Notify::new() }
+    }
+
+    /// A session takes batches from now on.
+    pub fn joined(&self) {
+        self.sessions.fetch_add(1, Ordering::SeqCst);
+        // The queue looks again: a partial batch may leave now.
+        self.finished.notify_one();
     }
 
     /// The queue task hands a batch over.
@@ -130,7 +144,7 @@ impl BackendLoad {
 
     /// A session is free: a batch handed now runs at once.
     pub fn has_room(&self) -> bool {
-        self.pending.load(Ordering::SeqCst) < self.sessions
+        self.pending.load(Ordering::SeqCst) < self.sessions.load(Ordering::SeqCst)
     }
 
     /// Resolves after the next [`finished`](Self::finished) (or at once if one was missed). Kept

@@ -20,10 +20,16 @@
 //! - The two classes run in separate lanes (a queue, a batcher and a backend thread each; see
 //!   `core::lanes`), so a light request never waits behind a heavy batch.
 //!
+//! - The two capacities are sized from the worker's own capacity once it is known
+//!   ([`sized`]): what it answers within a request's deadline at its calibrated rate (Little's
+//!   law), the flags being floors. A step of load below that capacity queues instead of being
+//!   refused; load beyond it is still refused at once, with `Retry-After`.
+//!
 //! Everything admitted and not yet answered is counted until its [`Ticket`] is dropped, on every
 //! way out of a request (answer, error, timeout, client gone).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use wire::QueueStats;
 
@@ -31,7 +37,7 @@ use crate::batching::Limits;
 pub use crate::class::Class;
 
 /// The capacities.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Capacity {
     /// Most queries admitted at once.
     pub queries: u64,
@@ -39,6 +45,27 @@ pub struct Capacity {
     pub tokens: u64,
     /// A request of more tokens than this is heavy.
     pub heavy_request_tokens: u64,
+}
+
+/// The most queries either capacity is sized to: the lanes' queues are made this long, so a
+/// capacity grown after they were made still never fills them.
+pub const MAX_QUERIES: u64 = 1 << 24;
+
+/// The capacities of a worker that answers `per_s` queries per second of `tokens_per_query`
+/// tokens each, for requests that must be answered within `deadline`: as much as it answers in
+/// that time (Little's law: held = rate x time), never below `floor` (the flags). Without a
+/// known tokens per query (a capacity set by `--capacity`) the token capacity grows in step
+/// with the query capacity.
+pub fn sized(floor: Capacity, per_s: f64, tokens_per_query: Option<f64>, deadline: Duration) -> Capacity {
+    let per_s = if per_s.is_finite() { per_s.max(0.0) } else { 0.0 };
+    let queries_in_time = per_s * deadline.as_secs_f64();
+    let held = |x: f64| if x.is_finite() && x > 0.0 { x.ceil().min(u64::MAX as f64) as u64 } else { 0 };
+    let queries = held(queries_in_time).clamp(floor.queries, MAX_QUERIES.max(floor.queries));
+    let tokens = match tokens_per_query.filter(|t| t.is_finite() && *t > 0.0) {
+        Some(t) => held(queries_in_time * t),
+        None => held(floor.tokens as f64 * queries as f64 / floor.queries.max(1) as f64),
+    };
+    Capacity { queries, tokens: tokens.max(floor.tokens), heavy_request_tokens: floor.heavy_request_tokens }
 }
 
 /// Why a request was refused.
@@ -56,6 +83,8 @@ struct Held {
 
 #[derive(Debug, Default)]
 struct Usage {
+    /// The capacities now ([`Admission::resize`]).
+    capacity: Capacity,
     /// Queries of requests admitted and not yet tokenized (no class yet): surely light, or maybe
     /// heavy.
     pending: [u64; 2],
@@ -81,7 +110,8 @@ impl Usage {
 
 #[derive(Debug)]
 pub struct Admission {
-    capacity: Capacity,
+    /// A request of more tokens than this is heavy (fixed; the capacities are in [`Usage`]).
+    heavy_request_tokens: u64,
     usage: Mutex<Usage>,
 }
 
@@ -98,17 +128,28 @@ pub struct Ticket {
 
 impl Admission {
     pub fn new(capacity: Capacity) -> Self {
-        let capacity = Capacity { queries: capacity.queries.max(1), tokens: capacity.tokens.max(1), ..capacity };
-        Self { capacity, usage: Mutex::default() }
+        let a = Self { heavy_request_tokens: capacity.heavy_request_tokens, usage: Mutex::default() };
+        a.resize(capacity);
+        a
     }
 
     pub fn capacity(&self) -> Capacity {
-        self.capacity
+        self.lock().capacity
+    }
+
+    /// Sets the query and token capacities (the heavy threshold stays). What is held already
+    /// stays admitted when they shrink: requests are refused until it fits again.
+    pub fn resize(&self, capacity: Capacity) {
+        self.lock().capacity = Capacity {
+            queries: capacity.queries.clamp(1, MAX_QUERIES),
+            tokens: capacity.tokens.max(1),
+            heavy_request_tokens: self.heavy_request_tokens,
+        };
     }
 
     /// The class of a request of `tokens` tokens.
     pub fn class_of(&self, tokens: u64) -> Class {
-        if tokens > self.capacity.heavy_request_tokens { Class::Heavy } else { Class::Light }
+        if tokens > self.heavy_request_tokens { Class::Heavy } else { Class::Light }
     }
 
     fn lock(&self) -> MutexGuard<'_, Usage> {
@@ -120,9 +161,9 @@ impl Admission {
     /// heavy).
     pub fn try_admit(self: &Arc<Self>, n: usize, max_tokens: u64) -> Result<Ticket, Refused> {
         let n = n as u64;
-        let maybe_heavy = max_tokens > self.capacity.heavy_request_tokens;
+        let maybe_heavy = max_tokens > self.heavy_request_tokens;
         let mut u = self.lock();
-        if !self.queries_fit(&u, n, maybe_heavy) {
+        if !Self::queries_fit(&u, n, maybe_heavy) {
             return Err(Refused::Queries);
         }
         u.pending[usize::from(maybe_heavy)] += n;
@@ -136,10 +177,10 @@ impl Admission {
         let n = n as u64;
         let class = self.class_of(tokens);
         let mut u = self.lock();
-        if !self.queries_fit(&u, n, class == Class::Heavy) {
+        if !Self::queries_fit(&u, n, class == Class::Heavy) {
             return Err(Refused::Queries);
         }
-        if !self.fits_in(&u, class, n, tokens) {
+        if !Self::fits_in(&u, class, n, tokens) {
             return Err(Refused::Tokens(class));
         }
         u.hold(class, n, tokens);
@@ -155,25 +196,24 @@ impl Admission {
 
     /// Whether `n` more queries fit in the query capacity (in the heavy share when they may be
     /// heavy).
-    fn queries_fit(&self, u: &Usage, n: u64, maybe_heavy: bool) -> bool {
-        let mut fits = u.queries() + n <= self.capacity.queries;
+    fn queries_fit(u: &Usage, n: u64, maybe_heavy: bool) -> bool {
+        let mut fits = u.queries() + n <= u.capacity.queries;
         if maybe_heavy {
-            fits &= u.pending[1] + u.class[Class::Heavy.index()].queries + n <= self.capacity.queries / 2;
+            fits &= u.pending[1] + u.class[Class::Heavy.index()].queries + n <= u.capacity.queries / 2;
         }
         fits
     }
 
     /// Whether a request of `queries` queries and (at least) `tokens` tokens could be charged now.
     pub fn fits(&self, queries: u64, tokens: u64) -> bool {
-        self.fits_in(&self.lock(), self.class_of(tokens), queries, tokens)
+        Self::fits_in(&self.lock(), self.class_of(tokens), queries, tokens)
     }
 
-    fn fits_in(&self, u: &Usage, class: Class, queries: u64, tokens: u64) -> bool {
-        let mut fits = u.tokens() + tokens <= self.capacity.tokens;
+    fn fits_in(u: &Usage, class: Class, queries: u64, tokens: u64) -> bool {
+        let mut fits = u.tokens() + tokens <= u.capacity.tokens;
         if class == Class::Heavy {
             let heavy = u.class[Class::Heavy.index()];
-            fits &= heavy.tokens + tokens <= self.capacity.tokens / 2
-                && heavy.queries + queries <= self.capacity.queries / 2;
+            fits &= heavy.tokens + tokens <= u.capacity.tokens / 2 && heavy.queries + queries <= u.capacity.queries / 2;
         }
         fits
     }
@@ -206,16 +246,16 @@ impl Admission {
         QueueStats {
             queued: queries - in_flight,
             in_flight,
-            capacity: self.capacity.queries,
+            capacity: u.capacity.queries,
             max_batch_rows: limits.max_rows as u64,
             max_batch_tokens: limits.max_tokens as u64,
             max_queue_delay_ms: limits.max_delay.as_secs_f64() * 1e3,
             queued_tokens: tokens - in_flight_tokens,
             in_flight_tokens,
-            capacity_tokens: self.capacity.tokens,
+            capacity_tokens: u.capacity.tokens,
             heavy_queries: heavy.queries,
             heavy_tokens: heavy.tokens,
-            heavy_request_tokens: self.capacity.heavy_request_tokens,
+            heavy_request_tokens: self.heavy_request_tokens,
         }
     }
 }
@@ -228,7 +268,7 @@ impl Ticket {
         let a = &self.admission;
         let class = a.class_of(tokens);
         let mut u = a.lock();
-        if !a.fits_in(&u, class, self.queries, tokens) {
+        if !Admission::fits_in(&u, class, self.queries, tokens) {
             return Err(Refused::Tokens(class));
         }
         u.pending[usize::from(self.maybe_heavy)] -= self.queries;
@@ -265,6 +305,48 @@ mod tests {
 
     fn limits() -> Limits {
         Limits { max_rows: 2, max_tokens: 10, max_delay: Duration::ZERO, min_fill: 0.0 }
+    }
+
+    const FLOOR: Capacity = Capacity { queries: 1024, tokens: 65536, heavy_request_tokens: 256 };
+
+    #[test]
+    fn capacities_are_what_the_worker_answers_within_a_deadline_never_below_the_flags() {
+        let deadline = Duration::from_secs(30);
+        // 700 queries/s of 12.5 tokens for 30 s: 21,000 queries and 262,500 tokens.
+        let c = sized(FLOOR, 700.0, Some(12.5), deadline);
+        assert_eq!((c.queries, c.tokens, c.heavy_request_tokens), (21_000, 262_500, 256));
+        // A slow worker, or a short deadline: the flags.
+        assert_eq!(sized(FLOOR, 10.0, Some(12.5), deadline), FLOOR);
+        assert_eq!(sized(FLOOR, 700.0, Some(12.5), Duration::from_millis(100)), FLOOR);
+        // Long queries: the token capacity grows past its floor before the query capacity does.
+        let long = sized(FLOOR, 30.0, Some(100.0), deadline);
+        assert_eq!((long.queries, long.tokens), (1024, 90_000));
+        // A configured capacity (no tokens per query): tokens in step with the queries.
+        let set = sized(FLOOR, 100.0, None, deadline);
+        assert_eq!((set.queries, set.tokens), (3000, 192_000));
+        // Nonsense in, the flags out; and never past the lanes' queues.
+        for bad in [f64::NAN, f64::INFINITY, -5.0, 0.0] {
+            assert_eq!(sized(FLOOR, bad, Some(12.5), deadline), FLOOR, "{bad}");
+        }
+        assert_eq!(sized(FLOOR, 1e12, Some(12.5), deadline).queries, MAX_QUERIES);
+    }
+
+    #[test]
+    fn a_resized_admission_admits_up_to_its_new_capacity_and_keeps_what_it_holds() {
+        let a = admission(4, 100, 1000);
+        let held = a.try_admit(4, 10).unwrap();
+        assert_eq!(a.try_admit(1, 10).unwrap_err(), Refused::Queries);
+        a.resize(Capacity { queries: 8, tokens: 200, heavy_request_tokens: 1 });
+        let mut more = a.try_admit(4, 10).expect("room for 4 more");
+        assert_eq!(more.charge(150), Ok(Class::Light), "the heavy threshold is not resized");
+        let s = a.stats(limits());
+        assert_eq!((s.capacity, s.capacity_tokens, s.heavy_request_tokens), (8, 200, 1000));
+        // Shrunk below what it holds: nothing is dropped, nothing more admitted until it fits.
+        a.resize(Capacity { queries: 2, tokens: 100, heavy_request_tokens: 1000 });
+        assert_eq!(a.outstanding(), 8);
+        assert_eq!(a.try_admit(1, 10).unwrap_err(), Refused::Queries);
+        drop((held, more));
+        assert!(a.try_admit(2, 10).is_ok());
     }
 
     #[test]

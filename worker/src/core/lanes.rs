@@ -23,7 +23,8 @@ const HEAVY_LANE_NICE: i32 = 5;
 /// What every lane shares.
 pub(super) struct Shared<F> {
     pub batch_limits: Limits,
-    /// Room in each lane's queue: the admission's query capacity, so a send never waits.
+    /// Room in each lane's queue: the most the admission's query capacity is ever sized to
+    /// (`admission::MAX_QUERIES`), so a send never waits.
     pub queue_capacity: usize,
     pub admission: Arc<Admission>,
     pub stats: Arc<Stats>,
@@ -48,7 +49,8 @@ where
     let (queue_tx, queue_rx) = mpsc::channel(shared.queue_capacity.max(1));
     let (batch_tx, batch_rx) = mpsc::channel(1);
     let sessions = shared.sessions[class as usize].max(1);
-    let backend_load = Arc::new(BackendLoad::new(sessions));
+    // Sessions are counted as they join, made and warmed up.
+    let backend_load = Arc::new(BackendLoad::joining());
     let cancelled = shared.metrics.cancelled.clone();
     tokio::spawn(batching::task::run(shared.batch_limits, queue_rx, batch_tx, backend_load.clone(), move |n| {
         cancelled.inc_by(n);
@@ -63,12 +65,16 @@ where
     let name = format!("backend-{}", class.as_str());
     let threads = (0..sessions)
         .map(|_| {
-            let make = shared.make_backend.clone();
+            let (make, load) = (shared.make_backend.clone(), backend_load.clone());
             let setup = move || {
                 if class == Class::Heavy {
                     lower_priority();
                 }
-                make(class)
+                let backend = make(class);
+                if backend.is_some() {
+                    load.joined();
+                }
+                backend
             };
             batching::runner::spawn(&name, setup, batches.clone(), backend_load.clone(), observer.clone())
         })

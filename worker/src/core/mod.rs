@@ -57,6 +57,13 @@ pub struct Detail {
     pub logits: bool,
 }
 
+/// Whose queries: a client's, counted as traffic, or the calibration's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Traffic {
+    Client,
+    Synthetic,
+}
+
 /// Per-request bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestLimits {
@@ -88,6 +95,8 @@ pub struct Core {
     encoder: Arc<Encoder>,
     labels: Arc<[String]>,
     admission: Arc<Admission>,
+    /// The capacities the flags set: the floors of [`size_admission`](Self::size_admission).
+    floor: Capacity,
     /// Each lane's queue, by [`Class`].
     lanes: [mpsc::Sender<Entry>; 2],
     limits: RequestLimits,
@@ -114,7 +123,7 @@ impl Core {
         let admission = Arc::new(Admission::new(capacity));
         let shared = lanes::Shared {
             batch_limits,
-            queue_capacity: usize::try_from(admission.capacity().queries).unwrap_or(usize::MAX),
+            queue_capacity: usize::try_from(admission::MAX_QUERIES).unwrap_or(usize::MAX),
             admission: admission.clone(),
             stats: stats.clone(),
             metrics: metrics.clone(),
@@ -128,6 +137,7 @@ impl Core {
             encoder: Arc::new(encoder),
             labels: labels.into(),
             admission,
+            floor: capacity,
             lanes: [light, heavy],
             limits,
             batch_limits,
@@ -169,6 +179,19 @@ impl Core {
         self.draining.load(Ordering::SeqCst)
     }
 
+    /// Sizes the admission's capacities from this worker's capacity, `per_s` queries per second
+    /// of `tokens_per_query` tokens (see [`admission::sized`]); returns them.
+    pub fn size_admission(&self, per_s: f64, tokens_per_query: Option<f64>) -> Capacity {
+        let sized = admission::sized(self.floor, per_s, tokens_per_query, self.limits.request_timeout);
+        self.admission.resize(sized);
+        sized
+    }
+
+    /// Clients' queries answered since the start (not the calibration's).
+    pub fn answered_total(&self) -> u64 {
+        self.stats.completed_total()
+    }
+
     /// Queries admitted and not yet answered.
     pub fn outstanding(&self) -> u64 {
         self.admission.outstanding()
@@ -183,6 +206,22 @@ impl Core {
     /// queues them in their class's lane, and waits for the batches, at most the request timeout.
     /// A short request is tokenized first, and admitted in one step with its exact tokens.
     pub async fn predict(&self, queries: Queries, detail: Detail) -> Result<PerQuery<Prediction>, CoreError> {
+        self.predict_as(queries, detail, Traffic::Client).await
+    }
+
+    /// [`predict`](Self::predict) for the calibration's synthetic queries: the same way through,
+    /// but left out of the request counts (`/v1/stats`' rates, the admitted metrics), which tell
+    /// the gateway what clients offer.
+    pub async fn predict_synthetic(&self, queries: Queries) -> Result<PerQuery<Prediction>, CoreError> {
+        self.predict_as(queries, Detail::default(), Traffic::Synthetic).await
+    }
+
+    async fn predict_as(
+        &self,
+        queries: Queries,
+        detail: Detail,
+        traffic: Traffic,
+    ) -> Result<PerQuery<Prediction>, CoreError> {
         if self.is_draining() {
             return Err(CoreError::Draining);
         }
@@ -197,31 +236,35 @@ impl Core {
             let encodings = encodings.map_err(untokenizable)?;
             let tokens = encodings.iter().map(|e| e.len() as u64).sum();
             let Ok((_ticket, class)) = self.admission.try_admit_tokenized(n, tokens) else {
-                return Err(self.refuse(n as u64));
+                return Err(self.refuse(n as u64, traffic));
             };
             let admitted_at = Instant::now();
             // Queued at once: from then on the lane answers each query by its deadline, wherever
             // it waits, so the request needs no timer of its own.
-            self.queue(encodings, tokens, class, admitted_at, deadline_of(admitted_at)).await?
+            self.queue(encodings, tokens, class, admitted_at, deadline_of(admitted_at), traffic).await?
         } else {
             let bound = token_bound(&queries, self.limits.max_query_tokens);
             let Ok(mut ticket) = self.admission.try_admit(n, bound) else {
-                return Err(self.refuse(n as u64));
+                return Err(self.refuse(n as u64, traffic));
             };
             let admitted_at = Instant::now();
             let deadline = deadline_of(admitted_at);
             // The blocking pool may keep a long request waiting before it tokenizes it. Boxed: this
             // rare path's state would otherwise enlarge every request's future.
-            let work = Box::pin(self.tokenize_and_queue(queries, &mut ticket, admitted_at, deadline));
+            let work = Box::pin(self.tokenize_and_queue(queries, &mut ticket, admitted_at, deadline, traffic));
             tokio::time::timeout_at(deadline, work).await.map_err(|_| CoreError::Timeout(timeout))??
         };
-        self.stats.completed(Instant::now(), n as u64);
+        if traffic == Traffic::Client {
+            self.stats.completed(Instant::now(), n as u64);
+        }
         Ok(logits.into_iter().map(|row| postprocess::prediction(&self.labels, row, detail)).collect())
     }
 
     /// Counts `n` queries refused for want of room, and says so.
-    fn refuse(&self, n: u64) -> CoreError {
-        self.stats.rejected(Instant::now(), n);
+    fn refuse(&self, n: u64, traffic: Traffic) -> CoreError {
+        if traffic == Traffic::Client {
+            self.stats.rejected(Instant::now(), n);
+        }
         CoreError::Overloaded
     }
 
@@ -255,6 +298,7 @@ impl Core {
         ticket: &mut admission::Ticket,
         admitted_at: Instant,
         deadline: Instant,
+        traffic: Traffic,
     ) -> Result<PerQuery<Vec<f32>>, CoreError> {
         let n = queries.len() as u64;
         let encodings = self.tokenize(queries).await?;
@@ -263,9 +307,9 @@ impl Core {
             ticket.charge(tokens).map(|class| (encodings, tokens, class))
         });
         let Some(Ok((encodings, tokens, class))) = charged else {
-            return Err(self.refuse(n));
+            return Err(self.refuse(n, traffic));
         };
-        self.queue(encodings, tokens, class, admitted_at, deadline).await
+        self.queue(encodings, tokens, class, admitted_at, deadline, traffic).await
     }
 
     /// Queues every query of an admitted request in its class's lane, and waits for all logits.
@@ -276,9 +320,12 @@ impl Core {
         class: Class,
         admitted_at: Instant,
         deadline: Instant,
+        traffic: Traffic,
     ) -> Result<PerQuery<Vec<f32>>, CoreError> {
-        self.stats.admitted(admitted_at, encodings.len() as u64);
-        self.metrics.admitted(class, tokens);
+        if traffic == Traffic::Client {
+            self.stats.admitted(admitted_at, encodings.len() as u64);
+            self.metrics.admitted(class, tokens);
+        }
         let queue = &self.lanes[class as usize];
         // The request's span, when it was made up front (for the backend thread's trace line).
         let span = tracing::Span::current();

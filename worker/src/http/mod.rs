@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::task::{Context, Poll};
 
 use axum::Router;
@@ -52,8 +52,9 @@ pub struct Inner {
     pub metrics: Arc<Metrics>,
     pub registry: Arc<Registry>,
     pub gpu: watch::Receiver<GpuTelemetry>,
-    /// The capacity known before traffic (`--capacity`, or the start-up calibration).
-    pub calibrated: OnceLock<crate::capacity::Calibrated>,
+    /// The capacity known before traffic (`--capacity`, the start-up calibration, or the last
+    /// one's carried over until it ends); see [`AppState::calibrated`].
+    pub calibrated: RwLock<Option<crate::capacity::Calibrated>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -66,6 +67,25 @@ impl std::ops::Deref for AppState {
 impl AppState {
     pub fn new(inner: Inner) -> Self {
         Self(Arc::new(inner))
+    }
+
+    /// The capacity known now.
+    pub fn calibrated(&self) -> Option<crate::capacity::Calibrated> {
+        *self.calibrated.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes `c` as the worker's capacity: reports it, and sizes admission from it (see
+    /// `core::admission::sized`).
+    pub fn set_calibrated(&self, c: crate::capacity::Calibrated) {
+        *self.calibrated.write().unwrap_or_else(PoisonError::into_inner) = Some(c);
+        let sized = self.core.size_admission(c.per_s, c.tokens_per_query);
+        tracing::info!(
+            capacity_per_s = c.per_s,
+            carried_over = c.carried_over,
+            max_outstanding = sized.queries,
+            max_outstanding_tokens = sized.tokens,
+            "admission sized from the capacity"
+        );
     }
 }
 

@@ -56,7 +56,7 @@ pub async fn stats(State(state): State<AppState>) -> Json<WorkerStats> {
         batches,
         gpu: with_age(state.gpu.borrow().clone()),
         capacity: crate::capacity::estimate(
-            state.calibrated.get().copied(),
+            state.calibrated(),
             state.stats.backend_window(now),
             state.core.light_sessions(),
         ),

@@ -11,7 +11,7 @@ use ort::session::{IoBinding, NoSelectedOutputs, RunOptions, Session};
 use ort::value::{Tensor, TensorElementType, ValueType};
 
 use super::options::SessionOptions;
-use super::{InputNames, OrtBackend, split_logits};
+use super::{Guarded, InputNames, OrtBackend, split_logits};
 use crate::backend::{BackendError, Device, InputBatch};
 
 /// One `rows x seq` buffer per input the model has (`None` for those it lacks), from `allocator`.
@@ -44,6 +44,9 @@ pub(super) struct Bound {
 struct Graph {
     /// `gpu_graph_id`: one graph per shape.
     run_options: RunOptions<NoSelectedOutputs>,
+    /// Its graph is captured: the shape's first run (ONNX Runtime runs it, captures it and
+    /// replays it in one call) is behind it.
+    captured: bool,
     /// The copy session's binding of this shape: the host buffers below in, the device buffers
     /// the graph reads out. One run (one wait for the GPU) copies every input.
     copy: IoBinding,
@@ -63,16 +66,30 @@ pub(super) type Binding = (Allocator, HashMap<(usize, usize), Bound>);
 pub(super) struct Graphs {
     /// Copies a batch's inputs from host buffers into a shape's device buffers: one `Identity`
     /// per input, on the CPU provider, its outputs bound on the device.
-    pub(super) copier: Session,
-    /// `gpu_graph_id` -1: a shape first met after the warm-up runs without a graph (its buffers,
-    /// made after the others' captures, could lie where their replays write; see
+    pub(super) copier: Guarded,
+    /// `gpu_graph_id` -1: a shape without buffers of its own runs without a graph (buffers made
+    /// after a capture could lie where its replays write; see
     /// [`OrtBackend::with_shape_buckets`]).
     pub(super) uncaptured: RunOptions<NoSelectedOutputs>,
 }
 
-/// One lane's warm-up captures at a time: CUDA forbids some calls of other threads while a
-/// stream is captured (ONNX Runtime captures in CUDA's global mode).
-pub(super) static CAPTURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The process's CUDA work, as ONNX Runtime's sessions do it: taken shared by every load, batch
+/// and drop of a session with CUDA graphs, and alone by a run that captures a graph. ONNX
+/// Runtime captures in CUDA's global mode, in which CUDA refuses some calls of any other thread
+/// (an allocation, a synchronous copy) while a stream is captured, and such a call would also
+/// spoil the capture; captures now happen while other sessions serve (a shape is captured at its
+/// first batch), so none of their work may run meanwhile.
+pub(super) static GPU: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// [`GPU`] shared, for work that captures nothing.
+pub(super) fn gpu_shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    GPU.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`GPU`] alone, for a run that captures a graph.
+pub(super) fn gpu_alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    GPU.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// With CUDA graphs or I/O binding in `options`, the allocator of the bound buffers (and, for
 /// graphs, the copy session) on `backend`.
@@ -92,7 +109,7 @@ pub(super) fn attach(
         backend.binding = Some((Allocator::new(&backend.session, info).map_err(load)?, HashMap::new()));
         let mut uncaptured = RunOptions::new().map_err(load)?;
         uncaptured.set("gpu_graph_id", "-1").map_err(load)?;
-        let copier = copier(env, &backend.inputs, options.device).map_err(load)?;
+        let copier = Guarded::new(copier(env, &backend.inputs, options.device).map_err(load)?);
         backend.graphs = Some(Graphs { copier, uncaptured });
     } else if options.io_binding {
         // Page-locked host memory with CUDA: the copies to and from the GPU go straight from
@@ -135,7 +152,13 @@ impl OrtBackend {
     pub(super) fn infer_bound(&mut self, batch: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
         let err = |e: ort::Error| BackendError::Inference(e.to_string());
         let shape = (batch.rows, batch.seq_len);
-        self.bound(shape)?;
+        let captures = self.bound(shape)?.graph.as_ref().is_some_and(|g| !g.captured);
+        // Alone while this run captures the shape's graph, shared otherwise (see `GPU`).
+        let (_alone, _shared) = match (captures, self.graphs.is_some()) {
+            (true, _) => (Some(gpu_alone()), None),
+            (false, true) => (None, Some(gpu_shared())),
+            (false, false) => (None, None),
+        };
         let Self { session, inputs, output, num_labels, binding, graphs, .. } = self;
         let bound = binding.as_mut().and_then(|(_, shapes)| shapes.get_mut(&shape)).expect("bound above");
         let write = |t: &mut Tensor<i64>, data: &[i64]| t.extract_tensor_mut().1.copy_from_slice(data);
@@ -162,6 +185,7 @@ impl OrtBackend {
         let copier = &mut graphs.as_mut().expect("graphs on").copier;
         drop(copier.run_binding(&graph.copy).map_err(err)?);
         drop(session.run_binding_with_options(&bound.binding, &graph.run_options).map_err(err)?);
+        graph.captured = true;
         graph.output.copy_into(&mut graph.host_output).map_err(err)?;
         let (out_shape, logits) = graph.host_output.extract_tensor();
         split_logits(out_shape, logits, batch.rows, *num_labels)
@@ -236,6 +260,7 @@ impl Bound {
         let host = Allocator::default();
         bound.graph = Some(Graph {
             run_options,
+            captured: false,
             copy,
             host_inputs: buffers(inputs, &host, (rows, seq)).map_err(err)?,
             output: out,

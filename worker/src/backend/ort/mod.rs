@@ -12,7 +12,7 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::{TensorElementType, TensorRef, ValueType};
 
 use super::{Backend, BackendError, Device, InputBatch, ShapeBuckets};
-use binding::{Binding, CAPTURING, Graphs};
+use binding::{Binding, Graphs, gpu_shared};
 pub use options::{ArenaExtend, ConvAlgoSearch, CudaSync, SessionOptions};
 
 /// The graph's input names, discovered from the model.
@@ -31,7 +31,7 @@ impl InputNames {
 }
 
 pub struct OrtBackend {
-    session: Session,
+    session: Guarded,
     inputs: InputNames,
     output: String,
     num_labels: usize,
@@ -40,6 +40,38 @@ pub struct OrtBackend {
     binding: Option<Binding>,
     /// With CUDA graphs: their copy session, and how shapes without a graph run.
     graphs: Option<Graphs>,
+    /// The shapes [`warm_up`](Backend::warm_up) runs (set with the buckets).
+    warm: Vec<(usize, usize)>,
+}
+
+/// A session dropped under the GPU lock shared (`binding::GPU`): its release frees device
+/// memory, a call CUDA refuses while another session captures a graph.
+pub(super) struct Guarded(Option<Session>);
+
+impl Guarded {
+    fn new(session: Session) -> Self {
+        Self(Some(session))
+    }
+}
+
+impl std::ops::Deref for Guarded {
+    type Target = Session;
+    fn deref(&self) -> &Session {
+        self.0.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl std::ops::DerefMut for Guarded {
+    fn deref_mut(&mut self) -> &mut Session {
+        self.0.as_mut().expect("taken only when dropped")
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        let _gpu = gpu_shared();
+        drop(self.0.take());
+    }
 }
 
 impl std::fmt::Debug for OrtBackend {
@@ -85,6 +117,9 @@ impl OrtBackend {
         num_labels: usize,
     ) -> Result<Self, BackendError> {
         let load = |e: ort::Error| BackendError::Load(e.to_string());
+        // Shared from here to the end of the load: setting CUDA's wait policy, the session's
+        // allocations and its buffers must not meet another session's capture.
+        let gpu = options.cuda_graph.then(gpu_shared);
         let mut builder = options::builder(env, options)?;
         if options.io_binding && !options.cuda_graph && matches!(options.device, Device::Cuda(_)) {
             // Measured on an H100 (benches/RESULTS.md): ONNX Runtime 1.31.1 fails the first bound
@@ -98,8 +133,10 @@ impl OrtBackend {
         }
         let session = builder.commit_from_file(model).map_err(load)?;
         let mut backend = Self::from_session(session, num_labels)?;
-        binding::attach(&mut backend, env, options)?;
-        Ok(backend)
+        let attached = binding::attach(&mut backend, env, options);
+        // A backend dropped on an error takes the lock itself (`Guarded`): not under ours.
+        drop(gpu);
+        attached.map(|()| backend)
     }
 
     fn from_session(session: Session, num_labels: usize) -> Result<Self, BackendError> {
@@ -148,38 +185,38 @@ impl OrtBackend {
             }
         }
         let output = output.name().to_owned();
-        Ok(Self { session, inputs: names, output, num_labels, buckets: None, binding: None, graphs: None })
+        Ok(Self {
+            session: Guarded::new(session),
+            inputs: names,
+            output,
+            num_labels,
+            buckets: None,
+            binding: None,
+            graphs: None,
+            warm: Vec::new(),
+        })
     }
 
-    /// Pads batches to a few bucketed shapes and runs each once now, so no request pays for a
-    /// shape's first run (see [`ShapeBuckets`]). Used on GPUs.
+    /// Pads batches to a few bucketed shapes (see [`ShapeBuckets`]), and with CUDA graphs makes
+    /// every shape's buffers now. Nothing runs yet: [`warm_up`](Backend::warm_up) runs the shapes
+    /// of full batches, what calibration and load run, and every other shape runs first (with
+    /// graphs: is captured) at its first batch. A shape's first run costs ONNX Runtime's CUDA
+    /// provider tens of milliseconds, so doing them all at start held the worker's start back by
+    /// seconds per session for shapes a worker may never meet. Used on GPUs.
     pub fn with_shape_buckets(mut self, buckets: ShapeBuckets, max_tokens: usize) -> Result<Self, BackendError> {
-        let shapes = buckets.all(max_tokens);
-        let started = std::time::Instant::now();
-        let _capturing = self.graphs.is_some().then(|| CAPTURING.lock().unwrap_or_else(|e| e.into_inner()));
         if self.graphs.is_some() {
             // Every shape's buffers before the first run. A graph replays its intermediates
             // wherever ONNX Runtime's arena put them at its capture, memory that the arena
             // hands out again after the run: a buffer made later could lie there and be
             // overwritten by that graph (it was: an H100 run read garbage token ids).
-            for &shape in &shapes {
+            let _gpu = gpu_shared();
+            for shape in buckets.all(max_tokens) {
                 self.bound(shape)?;
             }
         }
-        for &(rows, seq) in &shapes {
-            let ids = vec![101i64; seq];
-            let types = vec![0i64; seq];
-            let batch = InputBatch::pad_to(std::iter::repeat_n((&ids[..], &types[..]), rows), |r, s| (r, s));
-            self.infer(&batch)?;
-        }
-        tracing::info!(
-            shapes = shapes.len(),
-            graphs = self.graphs.is_some(),
-            seconds = started.elapsed().as_secs_f64(),
-            "warmed up batch shapes"
-        );
         // From here on, a shape not bound yet runs without a graph (`infer`).
         self.buckets = Some(buckets);
+        self.warm = buckets.full(max_tokens);
         Ok(self)
     }
 }
@@ -199,6 +236,28 @@ fn split_logits(
 }
 
 impl Backend for OrtBackend {
+    /// Runs the shapes of full batches once each (with graphs: captures them), so that
+    /// calibration and full load meet no first run.
+    fn warm_up(&mut self) -> Result<(), BackendError> {
+        let started = std::time::Instant::now();
+        let shapes = std::mem::take(&mut self.warm);
+        for &(rows, seq) in &shapes {
+            let ids = vec![101i64; seq];
+            let types = vec![0i64; seq];
+            let batch = InputBatch::pad_to(std::iter::repeat_n((&ids[..], &types[..]), rows), |r, s| (r, s));
+            self.infer(&batch)?;
+        }
+        if !shapes.is_empty() {
+            tracing::info!(
+                shapes = shapes.len(),
+                graphs = self.graphs.is_some(),
+                seconds = started.elapsed().as_secs_f64(),
+                "warmed up the shapes of full batches"
+            );
+        }
+        Ok(())
+    }
+
     fn infer(&mut self, batch: &InputBatch) -> Result<Vec<Vec<f32>>, BackendError> {
         // With CUDA graphs, after the warm-up (buckets set), only the shapes bound by then.
         let bound = match (&self.binding, &self.graphs, &self.buckets) {
@@ -222,7 +281,10 @@ impl Backend for OrtBackend {
             }
         }
         let outputs = match &self.graphs {
-            Some(graphs) => self.session.run_with_options(inputs, &graphs.uncaptured),
+            Some(graphs) => {
+                let _gpu = gpu_shared();
+                self.session.run_with_options(inputs, &graphs.uncaptured)
+            }
             None => self.session.run(inputs),
         }
         .map_err(err)?;
