@@ -202,6 +202,7 @@ fn compute(pool: &Pool, ctx: &Ctx, state: &mut PoolState, now: Instant) -> PoolS
         stale,
         components: raw,
         ready_workers: ready,
+        held_requests: pool.backlog(),
         gpu_memory_used_ratio: gpu_memory,
         mode,
         demand_per_s,
