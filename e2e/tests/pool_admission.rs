@@ -3,8 +3,8 @@
 //! `--request-timeout`, Little's law), with `--max-outstanding` only a floor. Two GPU-like fake
 //! workers of known capacity behind the real gateway, whose floor is set far below what a step
 //! to 90 % of their capacity holds in flight: before, that floor answered such a step 429
-//! `overloaded` (on four H200s, 186,347 requests at the default floor); now not one request is
-//! refused. Alone:
+//! `overloaded` (as the default floor did on GPUs, issue 48); now not one request is refused.
+//! Alone:
 //! `cargo build -p worker -p gateway --example fake_worker && cargo test -p e2e --test pool_admission`.
 
 use std::sync::Arc;
