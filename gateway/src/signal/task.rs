@@ -156,6 +156,7 @@ fn compute(pool: &Pool, ctx: &Ctx, state: &mut PoolState, now: Instant) -> PoolS
     }
     let smoothed = state.smoother.update(raw.raw, now);
     let (value, stale) = super::finish(smoothed, &raw);
+    let value = super::with_active_floor(value, demand_per_s, pool.backlog());
 
     let pl = PoolLabels { pool: pool.name.clone() };
     m.pool_signal.get_or_create(&pl).set(value);
