@@ -130,6 +130,8 @@ impl Drop for Waiting<'_> {
 
 impl Pool {
     fn new(name: &str, meta: PoolMeta, ctx: Arc<Ctx>) -> Arc<Self> {
+        // Every pool's hold histogram exists from the start: a count of 0 says no request waited.
+        drop(ctx.metrics.pool_hold.get_or_create(&crate::metrics::PoolLabels { pool: name.to_owned() }));
         let (signal, _) = watch::channel(PoolSignal {
             pool: name.to_owned(),
             namespace: meta.namespace.clone(),
