@@ -12,11 +12,18 @@
 #
 #   scripts/demo.sh                        # about 3 minutes after the build
 #   DEMO_STEP_S=6 DEMO_TAIL_S=30 scripts/demo.sh
+#   DEMO_MIN=0 scripts/demo.sh             # from zero: replicas 0 -> 1 -> N -> 1 -> 0
+#
+# With DEMO_MIN=0 the pool starts empty (the scaler's --min 0): the first requests are held at
+# the gateway (--cold-start-hold) while the scaler starts a worker, and answered once it is
+# ready; the summary prints the cold start (first request sent to first answer), and the run
+# waits for the pool to go back to zero after the load.
 #
 # Knobs: DEMO_STEP_S (15) seconds per load step; DEMO_TAIL_S (45) low load at the end, for the
 # scale-down; DEMO_RATES ("R1 R2 ...": requests/s of the steps; default: from one worker's
 # measured capacity, peaking at 1.2x it, which needs 2 replicas at the gateway's default target
-# utilization of 0.7); DEMO_MAX (4) most workers, a ceiling the run should not reach;
+# utilization of 0.7); DEMO_MAX (4) most workers, a ceiling the run should not reach; DEMO_MIN
+# (1) fewest workers, 0 to start from and go back to zero;
 # DEMO_STEPS ("0.15 0.4 0.9 1.2 0.9 0.4") the steps as fractions of the measured capacity (0.9 C
 # asks for a second replica before 1.2 C would overload one);
 # DEMO_PROBE_CLIENTS (64) the probe's closed-loop clients (two full batches of the worker);
@@ -33,6 +40,7 @@ cd "$(dirname "$0")/.."
 step_s=${DEMO_STEP_S:-15}
 tail_s=${DEMO_TAIL_S:-45}
 max=${DEMO_MAX:-4}
+min=${DEMO_MIN:-1}
 sync=${DEMO_SYNC:-2s}
 read -r -a gateway_args <<<"${DEMO_GATEWAY_ARGS:-}"
 read -r -a loadtest_args <<<"${DEMO_LOADTEST_ARGS:---threads 1}"
@@ -111,32 +119,48 @@ else
   rates=$(python3 -c "import sys; c=$cap; print(' '.join(str(max(1, round(c*float(f)))) for f in sys.argv[1].split()))" "$steps")
 fi
 
-echo "== the scaler: the HPA's request, algorithm and behavior (scripts/demo-behavior.yaml), 1..$max workers"
+echo "== the scaler: the HPA's request, algorithm and behavior (scripts/demo-behavior.yaml), $min..$max workers"
 series=$out/scaler.jsonl
 : >"$series"
 "$bin/scaler" run --metrics-api "$api" --ca-file "$c/ca.crt" --cert-file "$c/client.crt" --key-file "$c/client.key" \
-  --pool default --min 1 --max "$max" --interval "$sync" --behavior scripts/demo-behavior.yaml \
+  --pool default --min "$min" --max "$max" --interval "$sync" --behavior scripts/demo-behavior.yaml \
   --worker-file "$work/workers.txt" --worker-file-interval 250ms --gateway-admin "$gw_admin" \
   --worker-bin "$bin/worker" "${worker_args[@]/#/--worker-arg=}" "${devices[@]}" --worker-log-dir "$work/workers" \
   --series "$series" >"$work/scaler.stdout" 2>"$work/scaler.stderr" &
 scaler_pid=$!
-for _ in $(seq 1 600); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "$gw/readyz")" = 200 ] && break
-  kill -0 "$scaler_pid" 2>/dev/null || { echo "the scaler exited:" >&2; cat "$work/scaler.stdout" "$work/scaler.stderr" >&2; exit 1; }
-  sleep 0.1
-done
-sed 's/^/   /' "$work/scaler.stdout"
-
-echo
-echo "== classifying through the gateway (the reference queries of models/sanity.json)"
-python3 -c 'import json; [print(q["text"]) for q in json.load(open("models/sanity.json"))["queries"]]' |
-  while IFS= read -r q; do
-    printf '%-55s -> %s\n' "$q" "$(curl -s -G --data-urlencode "query=$q" "$gw/predict")"
+cold=$out/cold-start.json
+rm -f "$cold"
+if [ "$min" = 0 ]; then
+  for _ in $(seq 1 100); do
+    grep -q '^scaler: started' "$work/scaler.stdout" 2>/dev/null && break
+    kill -0 "$scaler_pid" 2>/dev/null || { echo "the scaler exited:" >&2; cat "$work/scaler.stdout" "$work/scaler.stderr" >&2; exit 1; }
+    sleep 0.1
   done
-echo
-echo "== bad input gets a JSON error"
-curl -s -w '   (HTTP %{http_code})\n' -G --data-urlencode "query=   " "$gw/predict"
-curl -s -w '   (HTTP %{http_code})\n' -d '{"query": 42}' "$gw/predict"
+  sed 's/^/   /' "$work/scaler.stdout"
+else
+  for _ in $(seq 1 600); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$gw/readyz")" = 200 ] && break
+    kill -0 "$scaler_pid" 2>/dev/null || { echo "the scaler exited:" >&2; cat "$work/scaler.stdout" "$work/scaler.stderr" >&2; exit 1; }
+    sleep 0.1
+  done
+  sed 's/^/   /' "$work/scaler.stdout"
+fi
+
+examples() {
+  echo
+  echo "== classifying through the gateway (the reference queries of models/sanity.json)"
+  python3 -c 'import json; [print(q["text"]) for q in json.load(open("models/sanity.json"))["queries"]]' |
+    while IFS= read -r q; do
+      printf '%-55s -> %s\n' "$q" "$(curl -s -G --data-urlencode "query=$q" "$gw/predict")"
+    done
+  echo
+  echo "== bad input gets a JSON error"
+  curl -s -w '   (HTTP %{http_code})\n' -G --data-urlencode "query=   " "$gw/predict"
+  curl -s -w '   (HTTP %{http_code})\n' -d '{"query": 42}' "$gw/predict"
+}
+# From zero, the pool stays empty until the load (every request, a refused one too, is demand
+# that wakes it): its first requests are the ones held.
+[ "$min" = 0 ] || examples
 
 echo
 echo "== the HPA's request, made with the scaler's client certificate"
@@ -163,19 +187,37 @@ echo "   the scaler's series; [scaler] lines: its decisions (time UTC, metric, c
 tail -n 0 -f "$work/scaler.stdout" > >(sed -u 's/^/   [scaler] /') &
 tail_pid=$!
 pids+=("$tail_pid")
+cold_pid=
+if [ "$min" = 0 ]; then
+  # Beside the load's first requests (the report's In flight chart shows them held): 8 more at
+  # once, timed from sending to the first answer, the cold start.
+  python3 scripts/lib/cold_start.py "$gw" 8 "$cold" >"$work/cold-start.txt" &
+  cold_pid=$!
+fi
 "$bin/loadtest" --url "$gw" --rate "$profile" --warmup 0s "${loadtest_args[@]}" --progress always \
   --gateway-admin "$gw_admin" --pool default --series "$series" --series "$needs" \
   --report "$out/demo-report.html" --summary "$out/demo-run.json" --title "Autoscaling demo: gateway signal -> HPA algorithm -> workers" |
   cat
+if [ -n "$cold_pid" ]; then
+  wait "$cold_pid" || true
+  echo
+  echo "== from zero: the pool had no worker; the first requests were held at the gateway while the scaler started one"
+  cat "$work/cold-start.txt"
+  examples
+fi
 
 echo
-echo "== waiting for the scale-down to reach 1 worker (at most 90 s)"
-for _ in $(seq 1 900); do
+# Back to zero takes longer: the signal decays to zero (its --signal-fall), then the scale-down
+# window passes.
+wait_s=90
+[ "$min" = 0 ] && wait_s=240
+echo "== waiting for the scale-down to reach $min worker(s) (at most $wait_s s)"
+for _ in $(seq 1 $((wait_s * 10))); do
   last=$(python3 -c '
 import json, sys
 v = [json.loads(l)["value"] for l in open(sys.argv[1]) if l.strip() and json.loads(l)["series"] == "replicas"]
 print(int(v[-1]) if v else 0)' "$series")
-  [ "$last" = 1 ] && break
+  [ "$last" = "$min" ] && break
   sleep 0.1
 done
 sleep 0.5
@@ -183,16 +225,22 @@ kill "$tail_pid" 2>/dev/null || true
 
 echo
 echo "== summary"
-python3 - "$series" "$out/demo-run.json" "$out/demo-report.html" "$max" "$rates" "$capacity" "$u" <<'EOF'
-import json, math, sys
+python3 - "$series" "$out/demo-run.json" "$out/demo-report.html" "$max" "$rates" "$capacity" "$u" "$min" "$cold" <<'EOF'
+import json, math, os, sys
 series, run, report, most = sys.argv[1:4] + [int(sys.argv[4])]
 rates, capacity, u = [float(r) for r in sys.argv[5].split()], float(sys.argv[6]), float(sys.argv[7])
+least, cold = int(sys.argv[8]), sys.argv[9]
 reps = [int(json.loads(l)["value"]) for l in open(series) if l.strip() and json.loads(l)["series"] == "replicas"]
 path = [r for i, r in enumerate(reps) if i == 0 or r != reps[i - 1]]
 s = json.load(open(run))
 t = s["total"]
 failed = t["requests"] - t["ok"]
 print(f"   replicas: {' -> '.join(map(str, path))} (peak {max(reps)})")
+if os.path.exists(cold):
+    c = json.load(open(cold))
+    failed += c["requests"] - c["ok"]
+    print(f"   from zero: {c['requests']} requests held, {c['ok']} answered 200; cold start (first request sent "
+          f"to first answer) {c['cold_start_s']:.2f} s")
 print(f"   requests: {t['requests']}, ok {t['ok']}, failed {failed}" + (f" {t['errors']}" if failed else ""))
 print(f"   latency p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms, max {t['max_ms']:.1f} ms")
 sig = (s.get("signal") or {}).get("samples") or []
@@ -205,9 +253,9 @@ print(f"   R at the peak: {r_peak:.2f} (C = {capacity:.0f} requests/s, u = {u}):
       f"peak replicas {max(reps)}; ceiling DEMO_MAX = {most}")
 print(f"   report: {report}")
 print(f"   scaler series: {series}; run: {run}")
-ok = (max(reps) > 1 or most == 1) and reps[-1] == 1 and failed == 0
-print("   " + ("OK: replicas went up with the load and back down, no request failed" if ok else
-             "NOT AS EXPECTED: replicas should go up and back to 1 with no failed request"))
+ok = (max(reps) > 1 or most == 1) and reps[-1] == least and failed == 0 and (least > 0 or reps[0] == 0)
+print("   " + (f"OK: replicas went up with the load and back down to {least}, no request failed" if ok else
+             f"NOT AS EXPECTED: replicas should go up and back to {least} with no failed request"))
 if most > 1 and max(reps) >= most:
     print(f"   NOTE: the run reached DEMO_MAX ({most}): the signal asked for more than the ceiling")
 sys.exit(0 if ok else 1)

@@ -5,6 +5,7 @@ import importlib
 import json
 import sys
 import threading
+import time
 import urllib.request
 
 import grpc
@@ -74,6 +75,28 @@ def test_spec_metrics_and_activation_from_zero(keda, idle_gateway):
     with pytest.raises(grpc.RpcError) as e:
         stub.IsActive(pb.ScaledObjectRef(name="x", namespace="y", scalerMetadata={"pool": "ghost"}))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_stream_is_active_turns_true_within_100ms_of_the_first_held_request(keda):
+    """A pool at zero, the gateway's default flags: the first request is held (--cold-start-hold),
+    and KEDA's StreamIsActive, as its activator reads it, says so within 100 ms."""
+    pb, pb_grpc = keda
+    gw = start_gateway()
+    try:
+        stub = pb_grpc.ExternalScalerStub(grpc.insecure_channel(gw.hostport("grpc")))
+        ref = pb.ScaledObjectRef(name="workers", namespace="default", scalerMetadata={"pool": "default"})
+        stream = stub.StreamIsActive(ref, timeout=20)
+        assert next(stream).result is False
+        sent = time.monotonic()
+        threading.Thread(target=_swallow, args=(f"{gw.url}/predict?query=play+jazz",), daemon=True).start()
+        assert next(stream).result is True
+        waited = time.monotonic() - sent
+        assert waited < 0.1, f"StreamIsActive turned true {waited * 1000:.0f} ms after the request was sent"
+        # Held, not refused: the request still waits for a worker, and the admin port shows it.
+        assert admin_signal(gw)["held_requests"] == 1
+        stream.cancel()
+    finally:
+        gw.stop()
 
 
 def _swallow(url):

@@ -141,13 +141,16 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_ATTEMPT_TIMEOUT_MIN", default_value = "1s", value_parser = parse_duration, help_heading = heading::ROUTING)]
     pub attempt_timeout_min: Duration,
 
-    /// Most requests the gateway holds at once (counted once their body has arrived); beyond it
-    /// 429 `overloaded` with `Retry-After`. Heavy requests together may hold at most half.
+    /// Floor of the admission bound in requests: the gateway holds at once (counted once their
+    /// body has arrived) what its ready workers answer within `--request-timeout` (their summed
+    /// capacity times the deadline), never fewer than this; beyond it 429 `overloaded` with
+    /// `Retry-After`. Heavy requests together may hold at most half.
     #[arg(long, env = "GATEWAY_MAX_OUTSTANDING", default_value_t = 4096, help_heading = heading::ADMISSION)]
     pub max_outstanding: usize,
 
-    /// Most estimated tokens the gateway holds at once; beyond it 429 `overloaded`. Heavy
-    /// requests together may hold at most half, so light ones keep the rest.
+    /// Floor of the admission bound in estimated tokens (the bound follows the ready workers'
+    /// capacity as the request bound does, a query counted at `--max-query-tokens`); beyond it
+    /// 429 `overloaded`. Heavy requests together may hold at most half, so light ones keep the rest.
     #[arg(long, env = "GATEWAY_MAX_OUTSTANDING_TOKENS", default_value_t = 1 << 20, help_heading = heading::ADMISSION)]
     pub max_outstanding_tokens: u64,
 
@@ -183,6 +186,26 @@ pub struct Config {
     /// How long a request waits for a ready worker before 503 `unavailable`.
     #[arg(long, env = "GATEWAY_NO_WORKER_WAIT", default_value = "1s", value_parser = parse_duration, help_heading = heading::ROUTING)]
     pub no_worker_wait: Duration,
+
+    /// How long a request to a pool at zero (no worker, or only workers still starting: none
+    /// ready, ejected or stalled) is held for a worker to become ready, counted in the pool's
+    /// backlog (the signal and KEDA's `IsActive` see it at once), before 503 `unavailable`.
+    /// Sized to cover a worker's cold start (exec to ready, `benches/RESULTS.md`) plus a scaler's
+    /// sync period; the request's own `--request-timeout` starts once a worker is found. 0: no
+    /// hold (`--no-worker-wait` applies, as for a pool whose workers are all out of rotation).
+    #[arg(long, env = "GATEWAY_COLD_START_HOLD", default_value = "30s", value_parser = parse_duration, help_heading = heading::ROUTING)]
+    pub cold_start_hold: Duration,
+
+    /// Most requests held at once per pool at zero (`--cold-start-hold`); beyond it 503
+    /// `unavailable` with `Retry-After` at once.
+    #[arg(long, env = "GATEWAY_COLD_START_HOLD_REQUESTS", default_value_t = 10_000, help_heading = heading::ROUTING)]
+    pub cold_start_hold_requests: u64,
+
+    /// Most body bytes held at once per pool at zero; beyond it 503 `unavailable` with
+    /// `Retry-After` at once. The default is half of `--max-buffered-body-bytes`'s, so that one
+    /// waking pool cannot take every buffered byte from the others.
+    #[arg(long, env = "GATEWAY_COLD_START_HOLD_BYTES", default_value_t = 32 << 20, help_heading = heading::ROUTING)]
+    pub cold_start_hold_bytes: u64,
 
     /// `Retry-After` on the gateway's own 429/503 answers (whole seconds, rounded up). Was
     /// `--retry-after-s` (a number of seconds, still accepted; `GATEWAY_RETRY_AFTER_S` still read).

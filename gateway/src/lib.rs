@@ -124,7 +124,9 @@ pub async fn build_with_kube_client(config: Config, kube: Option<kube::Client>) 
             tasks.push(AbortOnDrop(discovery::k8s::spawn(client.clone(), spec, pools.downgrade())));
         }
     }
-    Ok(Gateway { state: AppState::new(pools), _tasks: Arc::new(tasks) })
+    let state = AppState::new(pools);
+    tasks.push(state.follow_capacity());
+    Ok(Gateway { state, _tasks: Arc::new(tasks) })
 }
 
 /// Bind `addr` and print `{what} http://ADDR` (scripts and tests read that line).

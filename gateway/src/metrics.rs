@@ -49,6 +49,12 @@ pub struct PanicLabels {
 type FGauge = Gauge<f64, AtomicU64>;
 type HistogramCtor = fn() -> Histogram;
 
+fn hold_histogram() -> Histogram {
+    // 10 ms .. ~80 s: a worker already starting is ready within the first buckets, a cold start
+    // (a model load, a calibration, a GPU's context) takes seconds, the hold ends at its bound.
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
 fn latency_histogram() -> Histogram {
     // 0.25 ms .. ~16 s: the gateway's own overhead is sub-millisecond, inference is tens of ms,
     // timeouts are seconds.
@@ -68,6 +74,8 @@ pub struct Metrics {
     pub panics: Family<PanicLabels, Counter>,
     pub outstanding: Gauge,
     pub outstanding_tokens: Gauge,
+    pub admission_limit_requests: Gauge,
+    pub admission_limit_tokens: Gauge,
     pub answer_buffered: Gauge,
     pub answer_buffered_limit: Gauge,
     pub worker_outstanding: Family<WorkerLabels, Gauge>,
@@ -88,6 +96,7 @@ pub struct Metrics {
     pub pool_workers: Family<PoolLabels, Gauge>,
     pub pool_ready_workers: Family<PoolLabels, Gauge>,
     pub pool_backlog: Family<PoolLabels, Gauge>,
+    pub pool_hold: Family<PoolLabels, Histogram, HistogramCtor>,
     pub pool_gpu_memory: Family<PoolLabels, FGauge>,
     /// The external metrics API's families (`gateway_metrics_api_*`).
     pub api: metrics_api::ApiMetrics,
@@ -112,6 +121,8 @@ impl Default for Metrics {
             panics: Family::default(),
             outstanding: Gauge::default(),
             outstanding_tokens: Gauge::default(),
+            admission_limit_requests: Gauge::default(),
+            admission_limit_tokens: Gauge::default(),
             answer_buffered: Gauge::default(),
             answer_buffered_limit: Gauge::default(),
             worker_outstanding: Family::default(),
@@ -132,6 +143,7 @@ impl Default for Metrics {
             pool_workers: Family::default(),
             pool_ready_workers: Family::default(),
             pool_backlog: Family::default(),
+            pool_hold: Family::new_with_constructor(hold_histogram as HistogramCtor),
             pool_gpu_memory: Family::default(),
             api: metrics_api::ApiMetrics::default(),
         }
@@ -168,7 +180,7 @@ impl Metrics {
         r.register("ejections", "Workers ejected after consecutive failures", self.ejections.clone());
         r.register(
             "admission_rejected",
-            "Requests refused with 429 because the gateway was at --max-outstanding",
+            "Requests refused with 429 because the gateway held as many requests or tokens as it admits",
             self.admission_rejected.clone(),
         );
         r.register(
@@ -181,6 +193,17 @@ impl Metrics {
             "outstanding_tokens",
             "Estimated tokens of the requests held by the gateway now",
             self.outstanding_tokens.clone(),
+        );
+        r.register(
+            "admission_limit",
+            "Most requests the gateway admits at once now: what the ready workers answer within --request-timeout, \
+             at least --max-outstanding",
+            self.admission_limit_requests.clone(),
+        );
+        r.register(
+            "admission_limit_tokens",
+            "Most estimated tokens the gateway admits at once now, at least --max-outstanding-tokens",
+            self.admission_limit_tokens.clone(),
         );
         r.register(
             "answer_buffered_bytes",
@@ -254,6 +277,11 @@ impl Metrics {
         r.register("pool_workers", "Workers discovered in the pool", self.pool_workers.clone());
         r.register("pool_ready_workers", "Workers receiving traffic in the pool", self.pool_ready_workers.clone());
         r.register("pool_backlog", "Requests waiting at the gateway for a ready worker", self.pool_backlog.clone());
+        r.register(
+            "pool_hold_seconds",
+            "Time requests were held for a pool at zero until a worker was ready (or the hold ended), by pool",
+            self.pool_hold.clone(),
+        );
         r.register(
             "pool_gpu_memory_used_ratio",
             "Highest device memory used / total among the pool's workers with a fresh GPU reading",

@@ -60,7 +60,9 @@ async fn named_pools_route_to_their_own_workers() {
 #[tokio::test]
 async fn no_ready_worker_fails_fast_with_503_and_retry_after() {
     let mut cfg = config(&[]);
+    // A pool with no worker is at zero: its requests are held for a cold start, here briefly.
     cfg.no_worker_wait = Duration::from_millis(100);
+    cfg.cold_start_hold = Duration::from_millis(100);
     let gw = TestGateway::start(cfg).await;
     let c = client();
     let started = std::time::Instant::now();

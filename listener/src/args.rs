@@ -110,12 +110,14 @@ pub struct ListenerArgs<E: EnvNames> {
     #[arg(long, env = E::MAX_CONNECTIONS, default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = parse_count)]
     pub max_connections: usize,
 
-    /// Most client connections open at once from one address (one /64 for IPv6: a host has
-    /// the whole prefix), so that one address cannot fill `--max-connections` and lock the others
-    /// out (nginx `limit_conn`, HAProxy `src_conn_cur`). Beyond it a new connection is answered
-    /// 503 `overloaded` with `Retry-After` and closed. Unset: the gateway allows a quarter of
-    /// `--max-connections`, the worker all of it (its clients are gateways, one address each).
-    /// Behind a proxy or source NAT, where many clients share an address, raise it.
+    /// One address's share of `--max-connections` (one /64 for IPv6: a host has the whole
+    /// prefix), held under pressure only, so that one address cannot fill the cap and lock the
+    /// others out (nginx `limit_conn`, HAProxy `src_conn_cur`): while more places are free than
+    /// this, any address may open more (one load generator, or the clients behind a source NAT,
+    /// is served while the listener has room); once no more are free, a new connection from an
+    /// address holding this many is answered 503 `overloaded` with `Retry-After` and closed, and
+    /// the places left are the other addresses'. Unset: the gateway's share is a quarter of
+    /// `--max-connections`, the worker's all of it (its clients are gateways, one address each).
     #[arg(long, env = E::MAX_CONNECTIONS_PER_ADDRESS, value_parser = parse_count)]
     pub max_connections_per_address: Option<usize>,
 

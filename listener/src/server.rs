@@ -1,8 +1,10 @@
 //! The accept loop: the connection cap, what happens at it, `accept` errors, and the drain.
 //!
-//! Per address (`--max-connections-per-address`; an IPv6 /64 counts as one address): a new
-//! connection from an address that holds the cap already is answered 503 `overloaded` with
-//! `Retry-After` and closed, before it takes a place under the global cap.
+//! Per address (`--max-connections-per-address`; an IPv6 /64 counts as one address), under
+//! pressure only: once no more places are free than that share, a new connection from an address
+//! that holds the share already is answered 503 `overloaded` with `Retry-After` and closed,
+//! before it takes a place under the global cap. While more are free, one address may hold more
+//! (a load generator, the clients behind a source NAT).
 //!
 //! At the cap (`--max-connections`) a new connection is still accepted, never left in the
 //! kernel's backlog (where clients hang until their connect timeout and a load balancer cannot
@@ -237,7 +239,8 @@ struct Admit<S> {
     retry_after_s: u64,
     /// The permits `permits` was made with.
     cap: usize,
-    /// `--max-connections-per-address`; `usize::MAX` when it is the whole cap.
+    /// `--max-connections-per-address`; `usize::MAX` when it is the whole cap. Applied only
+    /// while no more places than this are free.
     per_address: usize,
     /// Newcomers that made room at the cap and whose wait for it is not queued yet.
     room_waiters: Arc<AtomicUsize>,
@@ -255,7 +258,13 @@ where
         // Small JSON answers on keep-alive connections: without it, Nagle and delayed ACKs add
         // tens of milliseconds.
         let _ = stream.set_nodelay(true);
-        let Some(address) = self.shared.registry.reserve(peer.ip(), self.per_address) else {
+        // The per-address cap holds under pressure only: while more places are free than one
+        // address's share, an address may hold more (one load generator, or the clients behind a
+        // source NAT, is served while the listener has room); once no more are free, an address
+        // at its share gets no more, and the places left are the other addresses'.
+        let per_address =
+            if self.permits.available_permits() > self.per_address { usize::MAX } else { self.per_address };
+        let Some(address) = self.shared.registry.reserve(peer.ip(), per_address) else {
             self.shared.metrics.refused_per_address.inc();
             if let Ok(slot) = Arc::clone(&self.refusals).try_acquire_owned() {
                 let retry_after_s = self.retry_after_s;

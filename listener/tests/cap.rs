@@ -1,6 +1,7 @@
 //! `--max-connections`: idle keep-alive connections make room for new ones; when none is idle a
 //! new connection is answered 503 JSON with `Retry-After`; service resumes as connections go.
-//! `--max-connections-per-address`: one address at its cap is answered 503, others are served.
+//! `--max-connections-per-address`: one address at its cap is answered 503 under pressure (no
+//! more places free than the share), others are served; with room, one address may hold more.
 
 mod common;
 
@@ -95,6 +96,33 @@ async fn slow_heads_at_the_cap_are_refused_until_the_header_timeout_frees_them()
     assert_eq!(c.answer().await.status, StatusCode::OK);
 }
 
+#[tokio::test(start_paused = true)]
+async fn one_address_beyond_its_share_is_served_while_the_listener_has_room() {
+    // One host holding many keep-alive connections (a load generator, a NAT): every one of
+    // them is served, far beyond its share, while more places are free than the share.
+    let srv = start(Config { max_connections_per_address: 2, ..capped() }).await;
+    let mut kept = Vec::new();
+    for _ in 0..CAP - 2 {
+        let mut c = Client::connect(srv.addr).await;
+        c.send(&get("/")).await;
+        assert_eq!(c.answer().await.status, StatusCode::OK);
+        kept.push(c);
+    }
+    for c in &mut kept {
+        c.send(&get("/")).await;
+        assert_eq!(c.answer().await.status, StatusCode::OK, "kept alive and served again");
+    }
+    assert_eq!(srv.metrics.connections_refused_per_address(), 0);
+    // Now two places are free, the share: the address gets no more, another address does.
+    let mut more = Client::connect(srv.addr).await;
+    more.send(&get("/")).await;
+    assert_eq!(more.answer_within(Duration::from_secs(5)).await.expect("503").status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(srv.metrics.connections_refused_per_address(), 1);
+    let mut other = connect_from([127, 0, 0, 2], srv.addr).await;
+    other.send(&get("/")).await;
+    assert_eq!(other.answer().await.status, StatusCode::OK);
+}
+
 /// A connection to `addr` from another loopback address.
 async fn connect_from(from: [u8; 4], addr: std::net::SocketAddr) -> Client {
     let s = tokio::net::TcpSocket::new_v4().unwrap();
@@ -103,15 +131,17 @@ async fn connect_from(from: [u8; 4], addr: std::net::SocketAddr) -> Client {
 }
 
 #[tokio::test(start_paused = true)]
-async fn one_address_at_its_cap_is_refused_while_another_is_served() {
+async fn one_address_at_its_cap_is_refused_under_pressure_while_another_is_served() {
     let srv = start(Config { max_connections_per_address: 3, ..capped() }).await;
+    // While more places are free than the share (3 of 8), the address may hold more than it.
     let mut flood = Vec::new();
-    for _ in 0..3 {
+    for n in 1..=CAP - 3 {
         let mut c = connect_from([127, 0, 0, 2], srv.addr).await;
         c.send(b"GET / HTTP/1.1\r\n").await;
         flood.push(c);
+        until("the flood's connection opens", Duration::from_secs(1), || srv.metrics.connections_open() == n as i64)
+            .await;
     }
-    until("the flood's connections open", Duration::from_secs(1), || srv.metrics.connections_open() == 3).await;
     let mut more = connect_from([127, 0, 0, 2], srv.addr).await;
     more.send(&get("/")).await;
     let a = more.answer_within(Duration::from_secs(5)).await.expect("503");

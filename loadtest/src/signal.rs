@@ -100,6 +100,7 @@ fn parse(body: &[u8], t: f64) -> Result<SignalSample, String> {
         queue: c.queue,
         gpu: c.gpu,
         workers: c.workers as u64,
+        held: s.held_requests,
     })
 }
 
@@ -114,7 +115,10 @@ mod tests {
             "components":{"raw":2.7,"queue":2.7,"gpu":0.0,"held":0.0,"backlog":0.0,"workers":2,"blind":0,"gpu_missing":2},
             "targets_queue":8.0,"targets_gpu_pct":70.0,"updated_unix_ms":1}"#;
         let s = parse(body, 3.0).unwrap();
-        assert_eq!(s, SignalSample { t: 3.0, signal: 2.5, stale: false, raw: 2.7, queue: 2.7, gpu: 0.0, workers: 2 });
+        assert_eq!(
+            s,
+            SignalSample { t: 3.0, signal: 2.5, stale: false, raw: 2.7, queue: 2.7, gpu: 0.0, workers: 2, held: 0 }
+        );
         assert!(parse(br#"{"error":"no such pool","error_type":"not_found"}"#, 0.0).is_err());
     }
 

@@ -186,6 +186,9 @@ pub struct SignalSample {
     pub gpu: f64,
     /// Workers in the pool (its replicas now).
     pub workers: u64,
+    /// Requests the gateway held waiting for a ready worker (a pool waking from zero).
+    #[serde(default)]
+    pub held: u64,
 }
 
 impl Summary {

@@ -71,8 +71,9 @@ pub enum Cmd {
 /// What the HPA's spec says: replicas, target, tolerance, behavior, metric.
 #[derive(Debug, Args, Clone)]
 pub struct Decide {
-    /// minReplicas; 0 scales to zero as the HPA does with HPAScaleToZero (an External metric). The
-    /// scaler starts max(min, 1) workers, as a Deployment starts with replicas 1 under an HPA
+    /// minReplicas; 0 scales to zero as the HPA does with HPAScaleToZero (an External metric).
+    /// The scaler starts `min` workers: with 0 the pool starts empty and ScaledToZero, as KEDA
+    /// leaves an idle target with minReplicaCount 0, and the first demand brings a worker
     #[arg(long, env = "SCALER_MIN", default_value_t = 1, value_parser = clap::value_parser!(i32).range(0..), help_heading = heading::DECISION)]
     pub min: i32,
     /// maxReplicas

@@ -95,9 +95,12 @@ async fn run(a: RunArgs) -> anyhow::Result<()> {
         b.scale_up.stabilization_window_s,
         b.scale_down.stabilization_window_s,
     );
-    // A Deployment under an HPA starts with its default 1 replica even with minReplicas 0; the HPA
-    // takes it to zero (and may bring it back: ScaledToZero).
-    let start = a.decide.min.max(1);
+    // With minReplicas 0 the pool starts empty, as a KEDA ScaledObject with minReplicaCount 0
+    // leaves an idle target (and as an HPA leaves it once it scaled it to zero): the controller
+    // holds ScaledToZero, so the first demand brings a worker (otherwise zero replicas it did not
+    // scale to would disable scaling).
+    let start = a.decide.min;
+    ctl.scaled_to_zero = start == 0;
     let n = workers.scale_to(start).await;
     println!("scaler: started {n} worker(s): {}", workers.urls().join(" "));
     if n < start {

@@ -400,6 +400,10 @@ pub struct PoolSignal {
     /// Workers receiving traffic now.
     #[serde(default)]
     pub ready_workers: usize,
+    /// Requests waiting at the gateway for a ready worker now (held for a pool at zero, or in
+    /// the short wait of a pool whose workers are out of rotation), as the admin port reads it.
+    #[serde(default)]
+    pub held_requests: u64,
     /// Highest device memory used / total among the workers with a fresh GPU reading; `None`
     /// when no worker has one (CPU workers, no driver): never a zero in place of a reading.
     #[serde(default)]

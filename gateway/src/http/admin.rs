@@ -56,8 +56,12 @@ pub(crate) async fn serve(
     serving::serve(server, handler, panics, shutdown).await
 }
 
+/// The pool's last published signal, with the requests held for a worker now (read at once,
+/// not at the next signal step: a pool waking from zero shows its first request).
 fn current_signal(pool: &Pool) -> PoolSignal {
-    pool.signal().borrow().clone()
+    let mut s = pool.signal().borrow().clone();
+    s.held_requests = pool.backlog();
+    s
 }
 
 async fn signals(State(state): State<AppState>) -> Json<Vec<PoolSignal>> {

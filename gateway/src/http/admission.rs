@@ -5,15 +5,23 @@
 //!
 //! Policy, in requests and in tokens (what a request costs a worker, estimated by `cost`), as
 //! the worker's own admission (`worker/src/core/admission.rs`):
-//! - at most `--max-outstanding` requests and `--max-outstanding-tokens` estimated tokens inside
-//!   the gateway at once;
+//! - at most so many requests and estimated tokens inside the gateway at once: what the ready
+//!   workers can answer within the request's deadline (Little's law: the sum of their reported
+//!   capacities, queries per second, times `--request-timeout`; in tokens, times
+//!   `--max-query-tokens`, the most a query is estimated at), never less than
+//!   `--max-outstanding` and `--max-outstanding-tokens` (the floors, all there is while no
+//!   worker reports a capacity). Recomputed every `--signal-interval` ([`follow_capacity`]), so
+//!   a step up that the pool serves is not refused by a bound sized for a smaller pool, while
+//!   demand beyond what the pool clears within the deadline is still refused at once;
 //! - a request of more than `--heavy-request-tokens` tokens is heavy; heavy requests together may
 //!   hold at most half of each bound, so light requests always find room however many heavy ones
 //!   arrive (a heavy request alone larger than half the token bound is charged half of it);
 //! - never a queue: beyond a bound, 429 `overloaded` with `Retry-After` at once, counted in
 //!   `gateway_admission_rejected_total` and `gateway_requests_total{outcome="overloaded"}`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use listener::shard::Counter;
 use prometheus_client::metrics::family::Family;
@@ -22,7 +30,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use crate::config::Config;
 use crate::error::RequestError;
 use crate::metrics::{Metrics, RequestLabels};
+use crate::pool::Pools;
 use crate::routing::Cost;
+use crate::task::AbortOnDrop;
 
 /// A count with a bound, taken optimistically (add, and undo past the bound).
 #[derive(Debug, Default)]
@@ -45,8 +55,15 @@ impl Bounded {
 
 /// The admission bounds of the gateway.
 pub(crate) struct Admission {
-    max_requests: u64,
-    max_tokens: u64,
+    /// The bounds now: the floors, or what the ready workers answer within the deadline.
+    max_requests: AtomicU64,
+    max_tokens: AtomicU64,
+    floor_requests: u64,
+    floor_tokens: u64,
+    deadline_s: f64,
+    max_query_tokens: u64,
+    limit_requests: Gauge,
+    limit_tokens: Gauge,
     requests: Bounded,
     tokens: Bounded,
     heavy_requests: Bounded,
@@ -95,9 +112,15 @@ impl Admission {
             worker: "none".to_owned(),
             outcome: wire::ErrorType::Overloaded.as_str().to_owned(),
         };
-        Self {
-            max_requests: cfg.max_outstanding as u64,
-            max_tokens: cfg.max_outstanding_tokens,
+        let a = Self {
+            max_requests: AtomicU64::new(0),
+            max_tokens: AtomicU64::new(0),
+            floor_requests: cfg.max_outstanding as u64,
+            floor_tokens: cfg.max_outstanding_tokens,
+            deadline_s: cfg.request_timeout.as_secs_f64(),
+            max_query_tokens: cfg.max_query_tokens.max(1),
+            limit_requests: metrics.admission_limit_requests.clone(),
+            limit_tokens: metrics.admission_limit_tokens.clone(),
             requests: Bounded::default(),
             tokens: Bounded::default(),
             heavy_requests: Bounded::default(),
@@ -108,7 +131,22 @@ impl Admission {
             rejected: metrics.admission_rejected.clone(),
             requests_total: metrics.requests.clone(),
             rejected_labels,
-        }
+        };
+        a.resize(0.0);
+        a
+    }
+
+    /// Size the bounds for ready workers that together serve `capacity_per_s` queries a second:
+    /// what they answer within the deadline, at least the floors.
+    pub(crate) fn resize(&self, capacity_per_s: f64) {
+        let held = if capacity_per_s.is_finite() { (capacity_per_s.max(0.0) * self.deadline_s).ceil() } else { 0.0 };
+        // `as` saturates: an absurd report cannot wrap the bound.
+        let requests = (held as u64).max(self.floor_requests);
+        let tokens = (held as u64).saturating_mul(self.max_query_tokens).max(self.floor_tokens);
+        self.max_requests.store(requests, Ordering::Release);
+        self.max_tokens.store(tokens, Ordering::Release);
+        self.limit_requests.set(i64::try_from(requests).unwrap_or(i64::MAX));
+        self.limit_tokens.set(i64::try_from(tokens).unwrap_or(i64::MAX));
     }
 
     /// A predict request answered with `error` before it reached a worker (a wrong method; a body
@@ -122,7 +160,9 @@ impl Admission {
 
     /// Admit a request of estimated cost `cost`, or refuse it at once with 429 `overloaded`.
     pub(crate) fn admit(&self, cost: Cost) -> Result<Admitted<'_>, RequestError> {
-        let heavy_max_tokens = self.max_tokens / 2;
+        let max_requests = self.max_requests.load(Ordering::Acquire);
+        let max_tokens = self.max_tokens.load(Ordering::Acquire);
+        let heavy_max_tokens = max_tokens / 2;
         let tokens = if cost.heavy { cost.tokens.min(heavy_max_tokens.max(1)) } else { cost.tokens };
         let refuse = || {
             self.rejected.inc();
@@ -130,7 +170,7 @@ impl Admission {
             Err(RequestError::Overloaded { retry_after_s: self.retry_after_s })
         };
         if cost.heavy {
-            if !self.heavy_requests.take(1, (self.max_requests / 2).max(1)) {
+            if !self.heavy_requests.take(1, (max_requests / 2).max(1)) {
                 return refuse();
             }
             if !self.heavy_tokens.take(tokens, heavy_max_tokens.max(1)) {
@@ -144,11 +184,11 @@ impl Admission {
                 self.heavy_tokens.give(tokens);
             }
         };
-        if !self.requests.take(1, self.max_requests) {
+        if !self.requests.take(1, max_requests) {
             undo_heavy();
             return refuse();
         }
-        if !self.tokens.take(tokens, self.max_tokens) {
+        if !self.tokens.take(tokens, max_tokens) {
             self.requests.give(1);
             undo_heavy();
             return refuse();
@@ -157,6 +197,33 @@ impl Admission {
         self.outstanding_tokens.inc_by(i64::try_from(tokens).unwrap_or(i64::MAX));
         Ok(Admitted { admission: self, tokens, heavy: cost.heavy })
     }
+}
+
+/// The summed capacity of the ready workers of every pool, queries per second, from their fresh
+/// reports (a worker that reports none, or not lately, adds nothing: the floors hold for it).
+fn ready_capacity(pools: &Pools, stale_after: Duration) -> f64 {
+    let mut sum = 0.0;
+    for pool in pools.all() {
+        for ep in pool.endpoints().iter().filter(|e| e.is_ready()) {
+            sum += ep.fresh_snapshot(stale_after).and_then(|s| s.capacity).map_or(0.0, |(c, _)| c);
+        }
+    }
+    sum
+}
+
+/// Resize `admission` every `--signal-interval` from the ready workers' capacity.
+pub(crate) fn follow_capacity(admission: Arc<Admission>, pools: Arc<Pools>) -> AbortOnDrop {
+    let (interval, stale_after) = (pools.ctx().config.signal_interval, pools.ctx().config.stale_after);
+    let pools = Arc::downgrade(&pools);
+    AbortOnDrop(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval.max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(pools) = pools.upgrade() else { return };
+            admission.resize(ready_capacity(&pools, stale_after));
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -188,6 +255,27 @@ mod tests {
         assert_eq!(m.outstanding.get(), 1);
         let _three = a.admit(LIGHT).unwrap();
         drop(two);
+    }
+
+    #[test]
+    fn the_bounds_follow_the_ready_capacity_within_the_deadline_above_the_floors() {
+        let m = Metrics::default();
+        let a = admission(2, 100, &m);
+        assert_eq!(m.admission_limit_requests.get(), 2, "no capacity yet: the floors");
+        // 10 s deadline (the default) x 0.5 queries/s: 5 requests, each at most 128 tokens.
+        a.resize(0.5);
+        assert_eq!((m.admission_limit_requests.get(), m.admission_limit_tokens.get()), (5, 640));
+        let held: Vec<_> = (0..5).map(|_| a.admit(LIGHT).unwrap()).collect();
+        assert!(a.admit(LIGHT).is_err(), "beyond what the pool answers within the deadline");
+        drop(held);
+        a.resize(0.0);
+        assert_eq!((m.admission_limit_requests.get(), m.admission_limit_tokens.get()), (2, 100), "back to the floors");
+        for absurd in [f64::NAN, f64::INFINITY, -1.0] {
+            a.resize(absurd);
+            assert_eq!(m.admission_limit_requests.get(), 2, "{absurd}");
+        }
+        a.resize(1e30);
+        assert_eq!(m.admission_limit_tokens.get(), i64::MAX, "saturates");
     }
 
     #[test]

@@ -110,6 +110,11 @@ impl AppState {
         cfg
     }
 
+    /// The task that sizes admission from the ready workers' capacity (`admission`).
+    pub(crate) fn follow_capacity(&self) -> crate::task::AbortOnDrop {
+        admission::follow_capacity(Arc::clone(&self.admission), Arc::clone(&self.pools))
+    }
+
     fn default_pool(&self) -> &str {
         &self.pools.ctx().config.default_pool
     }

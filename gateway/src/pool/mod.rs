@@ -85,6 +85,9 @@ pub struct Pool {
     monitors: Mutex<HashMap<String, AbortOnDrop>>,
     ready_notify: Arc<Notify>,
     backlog: AtomicU64,
+    /// Requests and their body bytes held while the pool is at zero (`--cold-start-hold*`).
+    held_requests: AtomicU64,
+    held_bytes: AtomicU64,
     /// Queries offered to the pool since start, admitted or refused: the signal's demand.
     offered: listener::shard::Counter,
     /// Bumped whenever a request starts waiting for a worker: wakes KEDA's `StreamIsActive`
@@ -99,6 +102,23 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+/// A request held for a pool at zero ([`Pool::hold`]): its place under the pool's hold bounds,
+/// given back when dropped, and its time held observed in `gateway_pool_hold_seconds` then.
+pub(crate) struct Held<'a> {
+    pool: &'a Pool,
+    bytes: u64,
+    since: Instant,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.pool.held_requests.fetch_sub(1, Ordering::AcqRel);
+        self.pool.held_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+        let labels = crate::metrics::PoolLabels { pool: self.pool.name.clone() };
+        self.pool.ctx.metrics.pool_hold.get_or_create(&labels).observe(self.since.elapsed().as_secs_f64());
+    }
+}
+
 /// Counts a request waiting for a ready worker in the pool's backlog while it lives.
 struct Waiting<'a>(&'a AtomicU64);
 
@@ -110,6 +130,8 @@ impl Drop for Waiting<'_> {
 
 impl Pool {
     fn new(name: &str, meta: PoolMeta, ctx: Arc<Ctx>) -> Arc<Self> {
+        // Every pool's hold histogram exists from the start: a count of 0 says no request waited.
+        drop(ctx.metrics.pool_hold.get_or_create(&crate::metrics::PoolLabels { pool: name.to_owned() }));
         let (signal, _) = watch::channel(PoolSignal {
             pool: name.to_owned(),
             namespace: meta.namespace.clone(),
@@ -123,6 +145,8 @@ impl Pool {
             monitors: Mutex::new(HashMap::new()),
             ready_notify: Arc::new(Notify::new()),
             backlog: AtomicU64::new(0),
+            held_requests: AtomicU64::new(0),
+            held_bytes: AtomicU64::new(0),
             offered: listener::shard::Counter::default(),
             waiting: watch::Sender::new(()),
             signal,
@@ -196,6 +220,28 @@ impl Pool {
 
     pub(crate) fn publish_signal(&self, s: PoolSignal) {
         self.signal.send_replace(s);
+    }
+
+    /// Whether the pool is at zero: no worker, or only workers still starting (probing or not
+    /// ready yet); none ready, ejected or stalled (a pool whose workers fail is not waking up).
+    pub(crate) fn at_zero(&self) -> bool {
+        self.endpoints.load().iter().all(|e| matches!(e.health(), Health::Probing | Health::NotReady))
+    }
+
+    /// A place for a request of `bytes` body bytes among those held while the pool is at zero,
+    /// unless the pool holds `--cold-start-hold-requests` or `--cold-start-hold-bytes` already.
+    pub(crate) fn hold(&self, bytes: u64) -> Option<Held<'_>> {
+        let cfg = &self.ctx.config;
+        if self.held_requests.fetch_add(1, Ordering::AcqRel) >= cfg.cold_start_hold_requests {
+            self.held_requests.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        if self.held_bytes.fetch_add(bytes, Ordering::AcqRel).saturating_add(bytes) > cfg.cold_start_hold_bytes {
+            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            self.held_requests.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Held { pool: self, bytes, since: Instant::now() })
     }
 
     /// The worker `pick` chooses among the pool's workers, waiting up to `wait` (counted in the

@@ -78,15 +78,25 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
     let policy = AttemptTimeout { factor: cfg.attempt_timeout_factor, min: cfg.attempt_timeout_min };
     let mut wait = cfg.no_worker_wait;
     let mut tried: Option<(Arc<Endpoint>, Fallback, outcome::RetryReason)> = None;
+    let no_worker = || RequestError::NoWorker { pool: pool.name.clone(), retry_after_s: cfg.retry_after_s };
+    // A pool at zero: the request is held for a worker to start (`--cold-start-hold`), within
+    // the pool's hold bounds, and its deadline starts once a worker is found.
+    let mut held = None;
+    if !cfg.cold_start_hold.is_zero() && pool.at_zero() {
+        held = pool.hold(req.body.len() as u64);
+        wait = if held.is_some() { cfg.cold_start_hold } else { Duration::ZERO };
+    }
 
     let (worker, result) = loop {
         let exclude = tried.as_ref().map(|(ep, ..)| ep);
-        let Some(ep) = balance::acquire(pool, exclude, wait).await else {
+        let found = balance::acquire(pool, exclude, wait).await;
+        if held.take().is_some() {
+            budget = Budget::new(Instant::now(), cfg.request_timeout);
+        }
+        let Some(ep) = found else {
             break match tried {
                 Some((ep, fallback, _)) => (Some(ep), fallback),
-                None => {
-                    (None, Err(RequestError::NoWorker { pool: pool.name.clone(), retry_after_s: cfg.retry_after_s }))
-                }
+                None => (None, Err(no_worker())),
             };
         };
         if let Some((first, _, reason)) = &tried {

@@ -184,6 +184,18 @@ impl Smoother {
     }
 }
 
+/// The least signal of a pool with demand now (queries offered within the demand window, or
+/// requests held for a worker): however small that demand against a replica's capacity, it reads
+/// above zero in milli-units, so the HPA's `ceil` keeps (or brings) one replica. A trickle then
+/// holds a pool at one replica instead of reading zero between requests and sending it to zero,
+/// to be woken by the next request.
+pub const ACTIVE_FLOOR: f64 = 0.001;
+
+/// `value`, at least [`ACTIVE_FLOOR`] while the pool has demand.
+pub fn with_active_floor(value: f64, demand_per_s: f64, held: u64) -> f64 {
+    if demand_per_s > 0.0 || held > 0 { value.max(ACTIVE_FLOOR) } else { value }
+}
+
 /// The pool signal from the smoothed raw value and the blind floor.
 pub fn finish(smoothed: f64, raw: &RawSignal) -> (f64, bool) {
     (smoothed.max(raw.blind as f64), raw.blind > 0)
@@ -197,6 +209,15 @@ mod tests {
 
     fn fresh(queue: f64, gpu: Option<f64>) -> WorkerView {
         WorkerView { outstanding: 0, fresh: Some(FreshTelemetry { queue, gpu_pct: gpu }), held: None }
+    }
+
+    #[test]
+    fn any_demand_reads_above_zero_and_none_leaves_the_value() {
+        // A trickle against a large capacity: its share of a replica rounds to zero milli-units.
+        assert_eq!(with_active_floor(0.00007, 1.0, 0), ACTIVE_FLOOR);
+        assert_eq!(with_active_floor(0.0, 0.0, 1), ACTIVE_FLOOR, "a held request");
+        assert_eq!(with_active_floor(2.5, 1.0, 0), 2.5);
+        assert_eq!(with_active_floor(0.0003, 0.0, 0), 0.0003, "no demand: it decays to zero");
     }
 
     #[test]

@@ -135,6 +135,7 @@ impl PoolState {
         }
         let smoothed = self.smoother.update(raw.raw, now);
         let (value, stale) = super::finish(smoothed, &raw);
+        let value = super::with_active_floor(value, demand_per_s, backlog);
         let gpu_memory = workers.iter().filter_map(|w| w.memory).reduce(f64::max);
         let signal = PoolSignal {
             pool: pool.name.clone(),
@@ -143,6 +144,7 @@ impl PoolState {
             stale,
             components: raw,
             ready_workers: endpoints.iter().filter(|ep| ep.is_ready()).count(),
+            held_requests: backlog,
             gpu_memory_used_ratio: gpu_memory,
             mode,
             demand_per_s,

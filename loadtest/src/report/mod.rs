@@ -259,7 +259,20 @@ fn charts(h: &mut String, s: &Summary) {
         Style::Dashed,
         rows.iter().map(|r| (r.t, r.connections as f64)).collect(),
     ));
-    section(h, "In flight", "Requests outstanding and connections open at the end of each interval.", &flight);
+    let mut caption = "Requests outstanding and connections open at the end of each interval.".to_owned();
+    if let Some(g) = signal.filter(|g| g.samples.iter().any(|x| x.held > 0)) {
+        flight.series.push(
+            Series::new(
+                "held at the gateway",
+                RED,
+                Style::Step,
+                g.samples.iter().map(|x| (x.t, x.held as f64)).collect(),
+            )
+            .width(2.0),
+        );
+        caption.push_str(" Held: requests the gateway kept waiting for a ready worker (a pool waking from zero), answered once one was ready.");
+    }
+    section(h, "In flight", &caption, &flight);
 
     // The latency distribution.
     if !s.latency_spectrum.is_empty() {
