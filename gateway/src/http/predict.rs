@@ -16,7 +16,7 @@ use hyper::body::Body as HttpBody;
 use super::AppState;
 use super::trace::{Ids, X_REQUEST_ID};
 use crate::error::RequestError;
-use crate::routing::{self, Incoming};
+use crate::routing::{self, ClientRequest};
 use crate::upstream::Answer;
 
 /// A predict route.
@@ -139,7 +139,7 @@ where
 }
 
 /// Admission and the forward of request `inc`, read whole, to pool `pool`.
-async fn forward(state: &AppState, pool: &str, inc: &Incoming<'_>) -> Result<Answer, RequestError> {
+async fn forward(state: &AppState, pool: &str, inc: &ClientRequest<'_>) -> Result<Answer, RequestError> {
     let found = state.pools.get(pool);
     // Demand is counted before admission: what is refused was asked for all the same.
     if let Some(p) = &found {
@@ -181,7 +181,7 @@ pub(crate) async fn call(state: &AppState, pool: &str, ids: &Ids, call: Call) ->
             .await
             .inspect_err(|e| state.admission.answered_early(e))?;
         let cost = super::cost::estimate_oip(cfg, &body, Some(call.texts));
-        let inc = Incoming {
+        let inc = ClientRequest {
             method: Method::POST,
             path_and_query: call.path,
             content_type: Some(HeaderValue::from_static("application/json")),
@@ -208,7 +208,7 @@ async fn incoming<'a, B>(
     req: http::Request<B>,
     headers: &'a [(&'static str, &'a HeaderValue)],
     span: &'a (dyn Fn() -> tracing::Span + Sync),
-) -> Result<Incoming<'a>, RequestError>
+) -> Result<ClientRequest<'a>, RequestError>
 where
     B: HttpBody<Data = bytes::Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
@@ -256,7 +256,7 @@ where
         Target::Oip(path) if may_merge_oip => super::single::oip(path, &parts.headers, &body, cfg.max_query_tokens),
         _ => None,
     };
-    Ok(Incoming {
+    Ok(ClientRequest {
         method: parts.method,
         path_and_query,
         content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),

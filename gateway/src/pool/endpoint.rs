@@ -12,8 +12,8 @@ use listener::shard::{Counter, Histogram};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::coalesce::{Member, Queue};
 use super::ewma::PeakEwma;
+use super::merge_queue::{Member, Queue};
 use super::outcome::{HealthEffect, STALL_AFTER};
 use super::stats::StatsView;
 use crate::ctx::Ctx;

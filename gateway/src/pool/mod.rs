@@ -8,9 +8,9 @@
 //! `Arc<Endpoint>` it picked, so a worker that leaves the set finishes the requests already sent
 //! to it.
 
-pub(crate) mod coalesce;
 mod endpoint;
 mod ewma;
+pub(crate) mod merge_queue;
 mod monitor;
 pub(crate) mod outcome;
 mod registry;

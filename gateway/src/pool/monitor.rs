@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::endpoint::{Change, Endpoint, Health, IDLE_CONNECTION_TIMEOUT};
-use super::outcome::{self, Call, HealthEffect, Outcome};
+use super::outcome::{self, CallKind, HealthEffect, Outcome};
 use super::stats::StatsView;
 use crate::ctx::Ctx;
 use crate::upstream::Outgoing;
@@ -71,7 +71,7 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
         }
         let mut timed_out = false;
         if health != Health::Ready && (now >= next_probe || health == Health::Stalled) {
-            let (outcome, _) = get(&ctx, &ep, Call::Probe, "/readyz").await;
+            let (outcome, _) = get(&ctx, &ep, CallKind::Probe, "/readyz").await;
             timed_out |= outcome == HealthEffect::Unresponsive;
             if ep.apply(outcome, &ctx, &"readiness probe") == Change::Recovered {
                 tracing::info!(pool = %ep.pool, worker = %ep.url, from = ?health, "worker ready");
@@ -81,7 +81,7 @@ async fn run(ep: Arc<Endpoint>, ctx: Arc<Ctx>) {
                 backoff = (backoff * 2).min(cfg.probe_backoff_max);
             }
         }
-        let (effect, body) = get(&ctx, &ep, Call::Stats, "/v1/stats").await;
+        let (effect, body) = get(&ctx, &ep, CallKind::Stats, "/v1/stats").await;
         timed_out |= effect == HealthEffect::Unresponsive;
         ep.apply(effect, &ctx, &"unreachable");
         if let Some(body) = body {
@@ -131,7 +131,7 @@ fn read_stats(ep: &Endpoint, ctx: &Ctx, body: &[u8], told: &mut Told) {
 }
 
 /// A GET with the stats timeout: the health effect of its outcome, and the body of a 200.
-async fn get(ctx: &Ctx, ep: &Endpoint, call: Call, path: &'static str) -> (HealthEffect, Option<bytes::Bytes>) {
+async fn get(ctx: &Ctx, ep: &Endpoint, call: CallKind, path: &'static str) -> (HealthEffect, Option<bytes::Bytes>) {
     let sent = Instant::now();
     let result = tokio::time::timeout(
         ctx.config.stats_timeout,

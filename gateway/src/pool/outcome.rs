@@ -40,7 +40,7 @@ use crate::upstream::{self, Answer, Conn, Limit, Outgoing, Upstream};
 
 /// What kind of call was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Call {
+pub(crate) enum CallKind {
     /// A client's request (`/predict`).
     Predict,
     /// The monitor's readiness probe (`/readyz`).
@@ -151,22 +151,22 @@ pub(crate) struct Classified {
 }
 
 /// Classify one call's outcome (see the table in the module documentation).
-pub(crate) fn classify(call: Call, outcome: &Outcome<'_>) -> Classified {
+pub(crate) fn classify(call: CallKind, outcome: &Outcome<'_>) -> Classified {
     let c = |verdict, health| Classified { verdict, health };
     match (call, outcome) {
-        (Call::Predict, Outcome::TimedOut { waited, whole_request }) => {
+        (CallKind::Predict, Outcome::TimedOut { waited, whole_request }) => {
             let verdict = if *whole_request { Verdict::Timeout } else { Verdict::Retry(RetryReason::Slow) };
             c(verdict, HealthEffect::Slow { waited: *waited })
         }
-        (Call::Predict, Outcome::Failed(upstream::Error::Connect(_))) => {
+        (CallKind::Predict, Outcome::Failed(upstream::Error::Connect(_))) => {
             c(Verdict::Retry(RetryReason::Connect), HealthEffect::Failure)
         }
-        (Call::Predict, Outcome::Failed(upstream::Error::TooLarge(_)) | Outcome::Malformed) => {
+        (CallKind::Predict, Outcome::Failed(upstream::Error::TooLarge(_)) | Outcome::Malformed) => {
             c(Verdict::Retry(RetryReason::Malformed), HealthEffect::Failure)
         }
-        (Call::Predict, Outcome::Failed(upstream::Error::Budget(_))) => c(Verdict::Fail, HealthEffect::Failure),
-        (Call::Predict, Outcome::Failed(_)) => c(Verdict::Retry(RetryReason::Dropped), HealthEffect::Failure),
-        (Call::Predict, Outcome::Answered { status, error_type, rtt }) => match *status {
+        (CallKind::Predict, Outcome::Failed(upstream::Error::Budget(_))) => c(Verdict::Fail, HealthEffect::Failure),
+        (CallKind::Predict, Outcome::Failed(_)) => c(Verdict::Retry(RetryReason::Dropped), HealthEffect::Failure),
+        (CallKind::Predict, Outcome::Answered { status, error_type, rtt }) => match *status {
             StatusCode::SERVICE_UNAVAILABLE => {
                 let health = if *error_type == Some(ErrorType::Unavailable) {
                     HealthEffect::Draining
@@ -179,12 +179,12 @@ pub(crate) fn classify(call: Call, outcome: &Outcome<'_>) -> Classified {
             s if s.is_server_error() => c(Verdict::Retry(RetryReason::ServerError), HealthEffect::Failure),
             _ => c(Verdict::Answer, HealthEffect::Success { rtt: Some(*rtt) }),
         },
-        (Call::Probe, Outcome::Answered { status: StatusCode::OK, .. }) => c(Verdict::Answer, HealthEffect::Ready),
-        (Call::Probe | Call::Stats, Outcome::Answered { .. } | Outcome::Malformed) => {
+        (CallKind::Probe, Outcome::Answered { status: StatusCode::OK, .. }) => c(Verdict::Answer, HealthEffect::Ready),
+        (CallKind::Probe | CallKind::Stats, Outcome::Answered { .. } | Outcome::Malformed) => {
             c(Verdict::Answer, HealthEffect::Responsive)
         }
-        (Call::Probe | Call::Stats, Outcome::TimedOut { .. }) => c(Verdict::Answer, HealthEffect::Unresponsive),
-        (Call::Probe | Call::Stats, Outcome::Failed(_)) => c(Verdict::Answer, HealthEffect::Unreachable),
+        (CallKind::Probe | CallKind::Stats, Outcome::TimedOut { .. }) => c(Verdict::Answer, HealthEffect::Unresponsive),
+        (CallKind::Probe | CallKind::Stats, Outcome::Failed(_)) => c(Verdict::Answer, HealthEffect::Unreachable),
     }
 }
 
@@ -295,18 +295,22 @@ mod tests {
             (slow(true), Verdict::Timeout, HealthEffect::Slow { waited: Duration::from_secs(2) }),
         ];
         for (i, (outcome, verdict, health)) in cases.iter().enumerate() {
-            assert_eq!(classify(Call::Predict, outcome), Classified { verdict: *verdict, health: *health }, "case {i}");
+            assert_eq!(
+                classify(CallKind::Predict, outcome),
+                Classified { verdict: *verdict, health: *health },
+                "case {i}"
+            );
         }
     }
 
     #[test]
     fn monitor_outcomes() {
         let refused = upstream::Error::Connect("refused".into());
-        assert_eq!(classify(Call::Probe, &answered(200, None)).health, HealthEffect::Ready);
-        let busy = classify(Call::Probe, &answered(503, Some(ErrorType::Unavailable))).health;
+        assert_eq!(classify(CallKind::Probe, &answered(200, None)).health, HealthEffect::Ready);
+        let busy = classify(CallKind::Probe, &answered(503, Some(ErrorType::Unavailable))).health;
         assert_eq!(busy, HealthEffect::Responsive);
-        assert_eq!(classify(Call::Stats, &answered(200, None)).health, HealthEffect::Responsive);
-        for call in [Call::Probe, Call::Stats] {
+        assert_eq!(classify(CallKind::Stats, &answered(200, None)).health, HealthEffect::Responsive);
+        for call in [CallKind::Probe, CallKind::Stats] {
             assert_eq!(classify(call, &slow(false)).health, HealthEffect::Unresponsive, "{call:?}");
             assert_eq!(classify(call, &Outcome::Failed(&refused)).health, HealthEffect::Unreachable, "{call:?}");
         }
@@ -360,7 +364,7 @@ mod tests {
     #[test]
     fn slow_is_never_a_failure() {
         for whole_request in [false, true] {
-            let h = classify(Call::Predict, &slow(whole_request)).health;
+            let h = classify(CallKind::Predict, &slow(whole_request)).health;
             assert!(matches!(h, HealthEffect::Slow { .. }), "{h:?}");
         }
     }

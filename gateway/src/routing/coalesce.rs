@@ -4,7 +4,7 @@
 //! worker batches queries anyway; one exchange for several client requests spares the gateway
 //! and the worker an HTTP exchange each (`gateway/README.md`, "Coalescing", has the numbers).
 //!
-//! *When* requests merge is the worker's queue's policy (`pool::coalesce`): only requests that
+//! *When* requests merge is the worker's queue's policy (`pool::merge_queue`): only requests that
 //! are already waiting because the worker has `--coalesce-after-in-flight` exchanges in flight;
 //! there is no timer, and a request alone goes at once. *What* may merge is decided at the
 //! predict entry ([`Single`]): a single-query `/predict` request, `GET ?query=...` alone or
@@ -43,11 +43,11 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::proxy::{self, Attempt, Incoming, Sent};
+use super::proxy::{self, Attempt, ClientRequest, Sent};
 use crate::config::Config;
 use crate::ctx::Ctx;
-use crate::pool::coalesce::{Arrival, Delivery, Member, Policy};
-use crate::pool::outcome::{self, Call, HealthEffect, Outcome, RetryReason, Verdict};
+use crate::pool::merge_queue::{Arrival, Delivery, Member, Policy};
+use crate::pool::outcome::{self, CallKind, HealthEffect, Outcome, RetryReason, Verdict};
 use crate::pool::{Endpoint, Pool};
 use crate::upstream::{Answer, Limit, Outgoing};
 
@@ -144,7 +144,7 @@ pub(crate) fn policy(cfg: &Config) -> Option<Policy> {
 pub(super) async fn attempt(
     pool: &Pool,
     ep: &Arc<Endpoint>,
-    req: &Incoming<'_>,
+    req: &ClientRequest<'_>,
     single: &Single,
     deadline: (Instant, bool),
     policy: &Policy,
@@ -187,7 +187,7 @@ pub(super) async fn attempt(
         Ok(Ok(Delivery::TimedOut)) | Err(_) => {
             // As alone: the time waited is a latency sample, never a failure.
             let o = Outcome::TimedOut { waited: since.elapsed(), whole_request: deadline.1 };
-            let c = outcome::classify(Call::Predict, &o);
+            let c = outcome::classify(CallKind::Predict, &o);
             proxy::apply(ep, c.health, ctx, &"timeout", Some(req.span));
             proxy::conclude(ep, ctx, c.verdict, Sent::TimedOut)
         }
@@ -256,7 +256,7 @@ impl Exchange {
                 }
             }
             Ok(Err(e)) => {
-                let c = outcome::classify(Call::Predict, &Outcome::Failed(&e));
+                let c = outcome::classify(CallKind::Predict, &Outcome::Failed(&e));
                 proxy::apply(ep, c.health, ctx, &e, None);
                 let detail = format!("{}: {e}", ep.url);
                 for m in members {
@@ -275,7 +275,7 @@ impl Exchange {
             match split(a, members.len()) {
                 Ok(parts) => {
                     let o = Outcome::Answered { status, error_type: None, rtt };
-                    let c = outcome::classify(Call::Predict, &o);
+                    let c = outcome::classify(CallKind::Predict, &o);
                     proxy::apply(ep, c.health, ctx, &"answer", None);
                     for (m, part) in members.into_iter().zip(parts) {
                         let _ = m.answer.send(Delivery::Done { verdict: c.verdict, result: Ok((part, None)) });
@@ -304,7 +304,7 @@ impl Exchange {
             }
             return;
         }
-        let c = outcome::classify(Call::Predict, &Outcome::Answered { status: a.status, error_type, rtt });
+        let c = outcome::classify(CallKind::Predict, &Outcome::Answered { status: a.status, error_type, rtt });
         proxy::apply(ep, c.health, ctx, &"server error", None);
         // Each gets the worker's answer (a 429 goes through with its `Retry-After` if it goes
         // nowhere else): one body shared, its charge with the first.
@@ -324,7 +324,7 @@ impl Exchange {
     /// The worker's answer to the merge is not one a worker gives: the worker is failing; each
     /// member may go elsewhere.
     fn malformed(&self, members: Vec<Member>, detail: &str) {
-        let c = outcome::classify(Call::Predict, &Outcome::Malformed);
+        let c = outcome::classify(CallKind::Predict, &Outcome::Malformed);
         proxy::apply(&self.ep, c.health, &self.ctx, &"malformed answer", None);
         for m in members {
             let _ = m.answer.send(Delivery::Done { verdict: c.verdict, result: Err(detail.to_owned()) });

@@ -10,4 +10,4 @@ mod proxy;
 mod retry;
 
 pub(crate) use coalesce::{OipSingle, Single, policy as coalesce_policy};
-pub(crate) use proxy::{Cost, Incoming, forward};
+pub(crate) use proxy::{ClientRequest, Cost, forward};

@@ -19,12 +19,12 @@ use super::retry::{self, AttemptTimeout, Budget};
 use crate::ctx::Ctx;
 use crate::error::RequestError;
 use crate::metrics::{RequestLabels, RetryLabels};
-use crate::pool::outcome::{self, Call, HealthEffect, Outcome, RetryReason, Verdict};
+use crate::pool::outcome::{self, CallKind, HealthEffect, Outcome, RetryReason, Verdict};
 use crate::pool::{Change, Endpoint, Pool};
 use crate::upstream::{Answer, Limit, Outgoing};
 
 /// A client request, buffered so that it can be sent twice.
-pub(crate) struct Incoming<'a> {
+pub(crate) struct ClientRequest<'a> {
     pub(crate) method: Method,
     /// Path and query sent to the worker, e.g. `/predict?query=hi`.
     pub(crate) path_and_query: PathAndQuery,
@@ -70,7 +70,7 @@ pub(super) enum Attempt {
 
 /// Forward `req` to a worker of `pool`, retrying on another one where the outcome policy and the
 /// budget allow; records the request's metrics.
-pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, RequestError> {
+pub(crate) async fn forward(pool: &Pool, req: &ClientRequest<'_>) -> Result<Answer, RequestError> {
     let start = Instant::now();
     let ctx = Arc::clone(pool.ctx());
     let cfg = &ctx.config;
@@ -159,7 +159,7 @@ pub(crate) async fn forward(pool: &Pool, req: &Incoming<'_>) -> Result<Answer, R
 /// One attempt on one worker until `deadline` (`.1`: the request's own): in a merge with other
 /// requests bound for the worker when the request may be merged and coalescing is on (see
 /// `coalesce`), else alone.
-async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: (Instant, bool)) -> Attempt {
+async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &ClientRequest<'_>, deadline: (Instant, bool)) -> Attempt {
     let _in_flight = ep.start();
     ep.sent(req.cost.queries);
     match (&req.single, coalesce::policy(&pool.ctx().config)) {
@@ -171,7 +171,12 @@ async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: 
 }
 
 /// The request sent by itself, classified by the outcome policy, its health effect applied.
-pub(super) async fn alone(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, deadline: (Instant, bool)) -> Attempt {
+pub(super) async fn alone(
+    pool: &Pool,
+    ep: &Arc<Endpoint>,
+    req: &ClientRequest<'_>,
+    deadline: (Instant, bool),
+) -> Attempt {
     let ctx = pool.ctx();
     let out = Outgoing {
         method: &req.method,
@@ -199,7 +204,7 @@ pub(super) async fn alone(pool: &Pool, ep: &Arc<Endpoint>, req: &Incoming<'_>, d
         Ok(Err(e)) => Outcome::Failed(e),
         Err(_) => Outcome::TimedOut { waited: sent.elapsed(), whole_request: deadline.1 },
     };
-    let classified = outcome::classify(Call::Predict, &o);
+    let classified = outcome::classify(CallKind::Predict, &o);
     let why: &dyn std::fmt::Display = match &o {
         Outcome::Failed(e) => e,
         Outcome::TimedOut { .. } => &"timeout",
