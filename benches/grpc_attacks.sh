@@ -8,6 +8,7 @@
 # got, the well-behaved client's calls served and lost, and the goal.
 #
 #   benches/grpc_attacks.sh            # SECONDS_EACH=20 ROUNDS=1
+#   BIN_DIR=target/debug SECONDS_EACH=3 benches/grpc_attacks.sh   # a quick run of the script
 #
 # Needs ORT_DYLIB_PATH (the worker loads ONNX Runtime) and the bundled model (models/).
 set -euo pipefail
@@ -16,8 +17,10 @@ cd "$root"
 SECONDS_EACH=${SECONDS_EACH:-20}
 ROUNDS=${ROUNDS:-1}
 MODEL=${MODEL:-models/snips-minilm-l6}
-cargo build -q --release -p gateway -p worker -p loadtest --bin gateway --bin worker --bin grpc_attack
-bin=${CARGO_TARGET_DIR:-target}/release
+if [ -z "${BIN_DIR:-}" ]; then
+  cargo build -q --release -p gateway -p worker -p loadtest --bin gateway --bin worker --bin grpc_attack
+fi
+bin=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 # shellcheck source=scripts/lib/start.sh
 . scripts/lib/start.sh
 scratch
@@ -49,12 +52,12 @@ attack() {
   fi
   local row
   row=$("$bin/grpc_attack" "$@" --addr "$addr" --pid "$pid" --seconds "$SECONDS_EACH" | tail -n 1)
-  echo "| $target | $* | $(echo "$row" | tr ' ' '\n' | sed -n 's/^\(rss_start_mb\|rss_peak_mb\|streams_opened\|refused\|slowest_refusal_ms\|good_ok\|good_failed\)=//p' | paste -sd'|' | sed 's/|/ | /g') | $goal |"
+  echo "| $target | $* | $(echo "$row" | tr ' ' '\n' | sed -n 's/^\(rss_start_mb\|rss_peak_mb\|calls_sent\|refused\|slowest_refusal_ms\|good_ok\|good_failed\)=//p' | paste -sd'|' | sed 's/|/ | /g') | $goal |"
   if [ "$target" = gateway ]; then stop "$gateway_pid"; fi
 }
 
 echo "# grpc_attacks: $(git rev-parse --short HEAD), ${SECONDS_EACH}s each, $(nproc) cores"
-echo "| target | attack | RSS before MB | RSS peak MB | streams opened | refused | slowest refusal ms | good calls | good lost | goal |"
+echo "| target | attack | RSS before MB | RSS peak MB | calls sent | refused | slowest refusal ms | good calls | good lost | goal |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 start_worker
 for _ in $(seq 1 "$ROUNDS"); do

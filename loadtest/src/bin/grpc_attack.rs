@@ -316,7 +316,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = good_task.await;
     sampler.abort();
     println!(
-        "attack={} rss_start_mb={rss0:.0} rss_peak_mb={} streams_opened={} refused={} slowest_refusal_ms={} good_ok={} good_failed={}",
+        "attack={} rss_start_mb={rss0:.0} rss_peak_mb={} calls_sent={} refused={} slowest_refusal_ms={} good_ok={} good_failed={}",
         a.attack,
         peak.load(Ordering::Relaxed),
         opened.load(Ordering::Relaxed),
