@@ -3,7 +3,8 @@
 //! bodies held within the budget of bodies held, a message too large refused at its prefix, a
 //! trickling body refused at the body deadline, connections that send no preface closed at the
 //! header deadline (and those past the per-address cap at once), a connection whose answers go
-//! unread closed, and the bound on streams a connection advertised.
+//! unread closed, and the bound on streams a connection advertised; and what held before
+//! (Rapid Reset) still holds.
 
 mod common;
 
@@ -249,4 +250,27 @@ async fn a_connection_whose_answers_go_unread_is_closed_and_streams_are_bounded(
     let max_streams =
         payload.chunks(6).find(|s| s[..2] == [0, 3]).map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
     assert_eq!(max_streams, Some(listener::h2::MAX_CONCURRENT_STREAMS));
+}
+
+#[tokio::test]
+async fn rapid_reset_still_closes_the_connection_and_others_are_served() {
+    let (_gw, addr) = start(|_| {}).await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn = tokio::spawn(conn);
+    let mut send = send.ready().await.unwrap();
+    // Calls opened and reset at once, written in one go: more than h2's 20 pending resets.
+    let mut sent = 0;
+    while let Ok((_resp, mut body)) = send.send_request(call(LIVE), false) {
+        body.send_reset(h2::Reason::CANCEL);
+        sent += 1;
+        if sent == 200 {
+            break;
+        }
+    }
+    assert!(sent > 20, "{sent}");
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn).await.expect("closed").unwrap();
+    let e = ended.expect_err("closed by the server");
+    assert_eq!(e.reason(), Some(h2::Reason::ENHANCE_YOUR_CALM), "{e}");
+    assert!(live(addr).await);
 }
