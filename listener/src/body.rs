@@ -76,13 +76,13 @@ impl Budget {
 
 /// Bytes taken from the budget, given back on drop.
 #[derive(Debug)]
-struct Charge {
+pub(crate) struct Charge {
     budget: Arc<Budget>,
     bytes: usize,
 }
 
 impl Charge {
-    fn grow(&mut self, n: usize, large: bool) -> Result<(), Error> {
+    pub(crate) fn grow(&mut self, n: usize, large: bool) -> Result<(), Error> {
         if !self.budget.try_take(n, large) {
             return Err(Error::Overloaded);
         }
@@ -97,6 +97,11 @@ impl Drop for Charge {
             self.budget.give_back(self.bytes);
         }
     }
+}
+
+/// `bytes` as `Bytes` that keep `charge` until their last clone is dropped.
+pub(crate) fn held<T: AsRef<[u8]> + Send + 'static>(bytes: T, charge: Charge) -> Bytes {
+    Bytes::from_owner(Held { bytes, _charge: charge })
 }
 
 /// A body's bytes together with their charge: the owner behind the returned `Bytes`.
@@ -133,6 +138,14 @@ struct ErrorCounters {
 }
 
 impl BodyReader {
+    /// The reader of a listener configured by `config` (its budget and body deadline), its
+    /// gauge and counters in `metrics`: for a process whose ports share one budget, made
+    /// before them and handed to each ([`Server::with_bodies`](crate::Server::with_bodies), the
+    /// HTTP/2 listener's [`Limits`](crate::h2::Limits)).
+    pub fn for_listener(config: &crate::Config, metrics: &Metrics) -> Self {
+        Self::new(config.max_buffered_body_bytes, config.body_read_timeout, metrics)
+    }
+
     pub(crate) fn new(max_bytes: usize, timeout: Duration, metrics: &Metrics) -> Self {
         let budget =
             Arc::new(Budget { max: i64::try_from(max_bytes).unwrap_or(i64::MAX), used: metrics.body_buffered.clone() });
@@ -168,7 +181,17 @@ impl BodyReader {
         })
     }
 
-    fn count(&self, e: &Error) {
+    /// An empty charge against the budget, to grow as a body's bytes arrive.
+    pub(crate) fn charge(&self) -> Charge {
+        Charge { budget: Arc::clone(&self.0.budget), bytes: 0 }
+    }
+
+    /// `--body-read-timeout`.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.0.timeout
+    }
+
+    pub(crate) fn count(&self, e: &Error) {
         let errors = &self.0.errors;
         let counter = match e {
             Error::TooLarge { .. } => &errors.too_large,

@@ -12,7 +12,8 @@
 //! - a drain that answers every request already received;
 //! - JSON bodies on the listener's own answers (408, 414, 431, 503) and on hyper's answers to
 //!   heads it cannot parse;
-//! - [`Metrics`] under the binary's prefix, and the six flags as [`ListenerArgs`].
+//! - [`Metrics`] under the binary's prefix, and the six flags as [`ListenerArgs`];
+//! - the gRPC (HTTP/2) listeners of both binaries under the same limits ([`h2`]).
 //!
 //! ```no_run
 //! # async fn run() -> std::io::Result<()> {
@@ -47,6 +48,7 @@ mod body;
 mod conn;
 mod error;
 pub mod exposition;
+pub mod h2;
 mod io;
 mod metrics;
 mod nofile;

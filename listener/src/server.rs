@@ -142,6 +142,14 @@ impl Server {
         &self.config
     }
 
+    /// Reads bodies with `bodies` (its budget and deadline) instead of a reader of its own: a
+    /// process whose ports share one budget of bodies held ([`BodyReader::for_listener`]).
+    #[must_use]
+    pub fn with_bodies(mut self, bodies: BodyReader) -> Self {
+        self.bodies = bodies;
+        self
+    }
+
     /// What handlers read request bodies with.
     pub fn bodies(&self) -> BodyReader {
         self.bodies.clone()
@@ -395,7 +403,7 @@ impl Drop for RoomWaiter {
 }
 
 /// `accept` errors that concern only the connection being accepted.
-fn is_about_one_connection(e: &io::Error) -> bool {
+pub(crate) fn is_about_one_connection(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionRefused
@@ -403,19 +411,19 @@ fn is_about_one_connection(e: &io::Error) -> bool {
 }
 
 #[derive(Debug, Default)]
-struct Backoff(Option<Duration>);
+pub(crate) struct Backoff(Option<Duration>);
 
 impl Backoff {
-    const FIRST: Duration = Duration::from_millis(10);
+    pub(crate) const FIRST: Duration = Duration::from_millis(10);
     const MOST: Duration = Duration::from_secs(1);
 
-    fn next(&mut self) -> Duration {
+    pub(crate) fn next(&mut self) -> Duration {
         let d = self.0.map_or(Self::FIRST, |d| (d * 2).min(Self::MOST));
         self.0 = Some(d);
         d
     }
 
-    fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.0 = None;
     }
 }

@@ -2,10 +2,17 @@
 //! listener (`--grpc-listen`): the same model, checks and core as the REST routes
 //! (`http::oip`), answered in raw contents as Triton's clients read them. Errors carry gRPC
 //! codes (`oip::status`): overload and draining are RESOURCE_EXHAUSTED and UNAVAILABLE with the
-//! worker's retry advice.
+//! worker's retry advice. Served on hyper's HTTP/2 server under the HTTP listener's limits
+//! (`listener::h2`, as the gateway's gRPC port): a message over `--max-body-bytes` is
+//! RESOURCE_EXHAUSTED, refused at its prefix.
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use oip::InferCall;
 use oip::pb::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
@@ -14,8 +21,10 @@ use oip::pb::{
     ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse, ServerLiveRequest, ServerLiveResponse,
     ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
 };
-use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::service::Routes;
 use tonic::{Request, Response, Status};
+use tower::Service as _;
 
 use crate::core::CoreError;
 use crate::http::oip::{self as rest, SERVER_NAME};
@@ -102,38 +111,89 @@ impl GrpcInferenceService for Service {
     }
 }
 
-/// Serves the service on `tcp` until `shutdown` resolves (then finishes the calls in flight):
-/// messages up to `max_message_bytes`, each call at most `timeout` (or the client's deadline,
-/// the shorter).
+/// Serves the service on `incoming`'s connections under `limits` (`listener::h2`: the HTTP
+/// listener's limits) until `shutdown` resolves, then finishes the calls in flight: messages up
+/// to `max_message_bytes`, each call at most `timeout` (or the client's deadline, the shorter;
+/// past it, DEADLINE_EXCEEDED).
 pub async fn serve(
     state: AppState,
-    tcp: TcpListener,
+    mut incoming: listener::h2::Listener,
+    limits: listener::h2::Limits,
     max_message_bytes: usize,
     timeout: Duration,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), tonic::transport::Error> {
+) {
     let service = GrpcInferenceServiceServer::new(Service(state))
         .max_decoding_message_size(max_message_bytes)
         .max_encoding_message_size(max_message_bytes.max(4 << 20));
-    tonic::transport::Server::builder()
-        .timeout(timeout)
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming(tcp), shutdown)
-        .await
+    let routes = Routes::new(service);
+    let builder = limits.builder(TokioExecutor::new());
+    // Each connection holds a receiver: told to finish at shutdown, and waited for.
+    let (stop, stopping) = watch::channel(());
+    let mut shutdown = pin!(shutdown);
+    loop {
+        let conn = tokio::select! {
+            () = &mut shutdown => break,
+            c = incoming.accept() => c,
+        };
+        let watch = Arc::new(limits.watch(conn.accepted_at()));
+        let io = TokioIo::new(watch.io(conn));
+        let svc = {
+            let (routes, watch) = (routes.clone(), Arc::clone(&watch));
+            hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let (mut routes, watch) = (routes.clone(), Arc::clone(&watch));
+                let req = watch.request(req).map(tonic::body::Body::new);
+                async move {
+                    let within = call_deadline(req.headers(), timeout);
+                    let answer = match tokio::time::timeout(within, routes.call(req)).await {
+                        Ok(Ok(answer)) => answer,
+                        Ok(Err(never)) => match never {},
+                        Err(_) => Status::deadline_exceeded(format!(
+                            "the call took longer than {}",
+                            humantime::format_duration(within)
+                        ))
+                        .into_http(),
+                    };
+                    Ok::<_, Infallible>(watch.answer(answer))
+                }
+            })
+        };
+        let conn = builder.serve_connection(io, svc);
+        let mut stopping = stopping.clone();
+        tokio::spawn(async move {
+            let mut conn = pin!(conn);
+            let stopped = async move {
+                let _ = stopping.changed().await;
+            };
+            if let Some(Err(e)) = watch.drive(conn.as_mut(), stopped, |c| c.graceful_shutdown()).await {
+                tracing::debug!(error = %e, "grpc connection ended");
+            }
+        });
+    }
+    // The listener closes here: no connection is taken once shutdown began.
+    drop(incoming);
+    let _ = stop.send(());
+    drop(stopping);
+    stop.closed().await;
 }
 
-/// The connections `tcp` accepts, with TCP_NODELAY: small answers on a connection that carries
-/// many calls, which Nagle would otherwise hold back until the client's delayed ACK (40 ms on
-/// Linux; measured on the gateway's listener: p99 43 ms at 128 concurrent calls). tonic's own
-/// `tcp_nodelay` applies only to a listener it binds, not to an incoming stream.
-fn incoming(tcp: TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(tcp), |conn| {
-        conn.inspect(|c| {
-            let _ = c.set_nodelay(true);
+/// How long a call may take: `timeout`, or the client's deadline (`grpc-timeout`: at most 8
+/// digits and a unit, `H`, `M`, `S`, `m`, `u`, `n`) when shorter.
+fn call_deadline(headers: &http::HeaderMap, timeout: Duration) -> Duration {
+    let client = headers.get("grpc-timeout").and_then(|v| v.to_str().ok()).and_then(|v| {
+        let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+        let n: u64 = digits.parse().ok().filter(|_| digits.len() <= 8)?;
+        Some(match unit {
+            "H" => Duration::from_secs(n * 3600),
+            "M" => Duration::from_secs(n * 60),
+            "S" => Duration::from_secs(n),
+            "m" => Duration::from_millis(n),
+            "u" => Duration::from_micros(n),
+            "n" => Duration::from_nanos(n),
+            _ => return None,
         })
-    })
+    });
+    client.map_or(timeout, |c| c.min(timeout))
 }
 
 #[cfg(test)]
@@ -142,16 +202,6 @@ mod tests {
     use tonic_types::StatusExt;
 
     use super::*;
-
-    #[tokio::test]
-    async fn accepted_connections_have_nagle_off() {
-        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = tcp.local_addr().unwrap();
-        let mut conns = std::pin::pin!(incoming(tcp));
-        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let conn = futures::StreamExt::next(&mut conns).await.unwrap().unwrap();
-        assert!(conn.nodelay().unwrap(), "TCP_NODELAY on the accepted connection");
-    }
 
     #[test]
     fn core_errors_map_to_codes_with_retry_advice_for_overload() {

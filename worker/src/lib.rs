@@ -87,6 +87,8 @@ pub struct Worker {
     listener_metrics: listener::Metrics,
     /// Whether every backend session is up yet (see [`sessions`]).
     up: watch::Receiver<sessions::Up>,
+    /// The gRPC listener's metrics (`worker_grpc_connections_*`, ...).
+    grpc_metrics: listener::Metrics,
 }
 
 /// Builds a worker for `model` around the backends that `make_backend` makes: one per session of
@@ -109,6 +111,7 @@ where
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     let listener_metrics = listener::Metrics::register(&mut registry, "worker");
+    let grpc_metrics = listener::Metrics::register(&mut registry, "worker_grpc");
 
     // The light lane's sessions; the heavy lane's rare, long batches keep one.
     let sessions = [config.sessions(), 1];
@@ -163,7 +166,7 @@ where
     let mut listener = config.listener.config();
     listener.drain_timeout = config.drain_timeout.max(MIN_ANSWER_TIME);
     listener.retry_after_s = http::RETRY_AFTER_S;
-    Ok(Worker { state, drain_timeout: config.drain_timeout, listener, listener_metrics, up })
+    Ok(Worker { state, drain_timeout: config.drain_timeout, listener, listener_metrics, up, grpc_metrics })
 }
 
 impl Worker {
@@ -181,6 +184,29 @@ impl Worker {
         measured
     }
 
+    /// The process's one budget of request bodies held, and their deadline: the HTTP and gRPC
+    /// listeners' bodies draw from it (its gauge is the HTTP listener's).
+    fn bodies(&self) -> &listener::BodyReader {
+        self.state.bodies.get_or_init(|| listener::BodyReader::for_listener(&self.listener, &self.listener_metrics))
+    }
+
+    /// Serves the Open Inference Protocol over gRPC on `tcp` (`listener::h2`: the HTTP
+    /// listener's limits, its budget of bodies held) until `shutdown` resolves, then finishes
+    /// the calls in flight: messages up to `max_message_bytes`, each call at most `timeout` (or
+    /// the client's deadline, the shorter).
+    pub fn serve_grpc(
+        &self,
+        tcp: TcpListener,
+        max_message_bytes: usize,
+        timeout: Duration,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let limits =
+            listener::h2::Limits::new(&self.listener, self.bodies().clone(), max_message_bytes, &self.grpc_metrics);
+        let incoming = listener::h2::Listener::new(tcp, &self.listener, self.grpc_metrics.clone());
+        grpc::serve(self.state.clone(), incoming, limits, max_message_bytes, timeout, shutdown)
+    }
+
     /// The router, for `oneshot` in tests or a server of one's own (`serve` serves
     /// `http::routes`, which answers the same with `/predict` past the router).
     pub fn app(&self) -> Router {
@@ -195,8 +221,8 @@ impl Worker {
     /// drain timeout again, and returns.
     pub async fn serve(self, tcp: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), StartupError> {
         let core = self.state.core.clone();
-        let server = listener::Server::new(tcp, self.listener.clone(), self.listener_metrics.clone());
-        let _ = self.state.bodies.set(server.bodies());
+        let server = listener::Server::new(tcp, self.listener.clone(), self.listener_metrics.clone())
+            .with_bodies(self.bodies().clone());
         let service = hyper_util::service::TowerToHyperService::new(http::routes(self.state.clone()));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let serving = tokio::spawn(server.serve(service, async {
@@ -383,15 +409,10 @@ pub async fn run(config: Config) -> Result<(), StartupError> {
             let tcp = listener::bind(at).map_err(|e| StartupError::Listen(at, e))?;
             let bound = tcp.local_addr().map_err(|e| StartupError::Listen(at, e))?;
             announce("grpc listening on", bound);
-            let (state, max, timeout) = (worker.state(), config.max_body_bytes, config.request_timeout);
-            Some(tokio::spawn(async move {
-                let stop = async {
-                    let _ = grpc_stopped.await;
-                };
-                if let Err(e) = grpc::serve(state, tcp, max, timeout, stop).await {
-                    tracing::error!(error = %e, "grpc listener failed");
-                }
-            }))
+            let stop = async {
+                let _ = grpc_stopped.await;
+            };
+            Some(tokio::spawn(worker.serve_grpc(tcp, config.max_body_bytes, config.request_timeout, stop)))
         }
         None => None,
     };

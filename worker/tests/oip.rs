@@ -77,4 +77,11 @@ async fn rest_and_grpc_answer_the_reference_intents() {
     assert_eq!(oip::call::decode_raw_bytes(&a.raw_output_contents[0]).unwrap(), intents);
     let e = g.model_infer(req("other")).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    // A message past `--max-body-bytes` (256 KiB by default): RESOURCE_EXHAUSTED, as documented,
+    // and the connection serves the next call.
+    let mut big = req(MODEL);
+    big.raw_input_contents = vec![vec![b'a'; 300 << 10]];
+    let e = g.model_infer(big).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+    assert!(g.server_live(ServerLiveRequest {}).await.unwrap().into_inner().live);
 }

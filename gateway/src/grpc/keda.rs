@@ -10,11 +10,17 @@
 //!   signal is published and at once when a request starts waiting for a worker (the pool's
 //!   `waiting` watch): a pool at zero is activated by its first request, not by a poll.
 //! - `StreamMetricSpec`: the spec at once (it never changes), then the stream stays open.
+//!
+//! The two streams stay open for as long as KEDA watches; at most [`MAX_STREAMS`] are open at
+//! once (RESOURCE_EXHAUSTED past it), so that a flood of them cannot take the scaler's memory.
+//! A stream sends its next message only once hyper has taken the last (the peer's window had
+//! room): a peer that does not read holds one message a stream, no more.
 
 use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt, stream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::{Request, Response, Status};
 
 use crate::pool::{Pool, Pools};
@@ -36,13 +42,33 @@ pub(crate) const METRIC: &str = "gateway_pool_signal";
 
 type Streamed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
+/// Most streams (`StreamIsActive`, `StreamMetricSpec`) open at once. KEDA keeps one a
+/// trigger of an `external-push` ScaledObject (one operator, or a few in HA): far fewer.
+pub(crate) const MAX_STREAMS: usize = 1024;
+
 /// The scaler: every pool.
 #[derive(Clone)]
 pub(crate) struct Scaler {
     pub(crate) pools: Arc<Pools>,
+    streams: Arc<Semaphore>,
 }
 
 impl Scaler {
+    pub(crate) fn new(pools: Arc<Pools>) -> Self {
+        Self::with_streams(pools, MAX_STREAMS)
+    }
+
+    fn with_streams(pools: Arc<Pools>, streams: usize) -> Self {
+        Self { pools, streams: Arc::new(Semaphore::new(streams)) }
+    }
+
+    /// A place for one more stream, held until the stream is dropped.
+    fn stream_place(&self) -> Result<OwnedSemaphorePermit, Status> {
+        Arc::clone(&self.streams).try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!("{MAX_STREAMS} scaler streams are open already; retry later"))
+        })
+    }
+
     fn pool(&self, r: &ScaledObjectRef) -> Result<Arc<Pool>, Status> {
         let default = &self.pools.ctx().config.default_pool;
         let name = r.scaler_metadata.get("pool").filter(|p| !p.is_empty()).unwrap_or(default);
@@ -87,7 +113,11 @@ impl ExternalScaler for Scaler {
         req: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         let pool = self.pool(req.get_ref())?;
-        let s = activity(pool).map(|result| Ok(IsActiveResponse { result }));
+        let place = self.stream_place()?;
+        let s = activity(pool).map(move |result| {
+            let _held = &place;
+            Ok(IsActiveResponse { result })
+        });
         Ok(Response::new(Box::pin(s)))
     }
 
@@ -116,7 +146,12 @@ impl ExternalScaler for Scaler {
         req: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
         self.pool(req.get_ref())?;
-        Ok(Response::new(Box::pin(stream::once(async { Ok(spec()) }).chain(stream::pending()))))
+        let place = self.stream_place()?;
+        let s = stream::once(async { Ok(spec()) }).chain(stream::pending()).map(move |m| {
+            let _held = &place;
+            m
+        });
+        Ok(Response::new(Box::pin(s)))
     }
 }
 
@@ -131,7 +166,7 @@ mod tests {
         let pools = Pools::new(Arc::new(Ctx::for_tests(|_| {})), Default::default());
         let pool = pools.ensure("default");
         pools.ensure("big");
-        (Scaler { pools }, pool)
+        (Scaler::new(pools), pool)
     }
 
     fn by(pool: &str) -> ScaledObjectRef {
@@ -170,5 +205,19 @@ mod tests {
         assert_eq!(streamed.next().await.unwrap().unwrap(), spec);
         let e = s.get_metric_spec(Request::new(by("ghost"))).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::NotFound);
+    }
+
+    #[tokio::test]
+    async fn streams_past_the_bound_are_refused_and_a_closed_one_frees_its_place() {
+        let pools = Pools::new(Arc::new(Ctx::for_tests(|_| {})), Default::default());
+        pools.ensure("default");
+        let s = Scaler::with_streams(pools, 2);
+        let first = s.stream_is_active(Request::new(by("default"))).await.unwrap().into_inner();
+        let _second = s.stream_metric_spec(Request::new(by("default"))).await.unwrap().into_inner();
+        let e = s.stream_is_active(Request::new(by("default"))).await.err().expect("past the bound");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(s.is_active(Request::new(by("default"))).await.is_ok(), "the unary calls are not bounded");
+        drop(first);
+        assert!(s.stream_is_active(Request::new(by("default"))).await.is_ok(), "a place came back");
     }
 }

@@ -3,15 +3,17 @@
 //! `externalscaler.ExternalScaler` ([`keda`]), on hyper's HTTP/2 server ([`server`]:
 //! `ModelInfer` answered there directly, every other call through tonic's router).
 //!
-//! Hygiene, as the HTTP listeners': at most `--max-connections` connections (one past it is
-//! closed at once, [`capped`]), messages up to `--max-body-bytes` (RESOURCE_EXHAUSTED past it),
-//! at most 1024 concurrent streams a connection, HTTP/2 keep-alive pings (a dead peer is
-//! dropped). A model call is bounded as a REST request is (`--request-timeout`, inside the
-//! predict entry) and by the client's own deadline; KEDA's streams stay open by design.
+//! Hygiene, the HTTP listener's (`listener::h2`, `listener/README.md`): `--max-connections`
+//! and the per-address cap, the preface within `--header-read-timeout`, messages up to
+//! `--max-body-bytes` (RESOURCE_EXHAUSTED at the prefix past it) drawn from the client port's
+//! budget of bodies held, bodies within `--body-read-timeout`, a bound on concurrent streams a
+//! connection, a connection whose answers go unread for `--idle-timeout` closed, HTTP/2
+//! keep-alive pings (a dead peer is dropped). A model call is bounded as a REST request is
+//! (`--request-timeout`, inside the predict entry) and by the client's own deadline; KEDA's
+//! streams stay open by design, at most [`keda::MAX_STREAMS`] at once.
 //! Optional TLS, and mutual TLS with a client CA ([`tls_config`]): KEDA's external scalers
 //! support both (`caCert`, `tlsClientCert`, `tlsClientKey`).
 
-mod capped;
 pub(crate) mod infer;
 pub(crate) mod keda;
 mod local;
@@ -21,7 +23,6 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use oip::pb::grpc_inference_service_server::GrpcInferenceServiceServer;
 use rustls::RootCertStore;
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
@@ -36,9 +37,6 @@ use tonic::service::Routes;
 use crate::StartError;
 use crate::http::AppState;
 use keda::pb::external_scaler_server::ExternalScalerServer;
-
-/// Most concurrent streams on one HTTP/2 connection.
-const MAX_STREAMS: u32 = 1024;
 
 /// The listener's TLS (`--grpc-tls-cert-file`, `--grpc-tls-key-file`) and client verification
 /// (`--grpc-tls-client-ca-file`: a client must present a certificate the CA signed), if asked
@@ -84,28 +82,27 @@ pub(crate) async fn serve(
     let infer = GrpcInferenceServiceServer::new(infer::Service(state.clone()))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max.max(4 << 20));
-    let scaler = ExternalScalerServer::new(keda::Scaler { pools: state.pools.clone() }).max_decoding_message_size(max);
+    let scaler = ExternalScalerServer::new(keda::Scaler::new(state.pools.clone())).max_decoding_message_size(max);
+    // The client port's limits: the same flags, each port its own connections.
+    let listener_cfg = state.listener_config();
+    let limits = listener::h2::Limits::new(&listener_cfg, state.body_reader().clone(), max, state.grpc_listener());
+    let mut incoming = listener::h2::Listener::new(tcp, &listener_cfg, state.grpc_listener().clone());
     let calls = Arc::new(server::Calls {
         infer: infer::Service(state.clone()),
         routes: Routes::new(infer).add_service(scaler),
         max_message: max,
         call_tasks: cfg.grpc_call_tasks,
         panics: state.panics().clone(),
+        limits,
     });
     // Each connection holds a receiver: told to finish at shutdown, and waited for.
     let (stop, stopping) = watch::channel(());
     {
-        // TCP_NODELAY and the connection cap: `capped::Incoming`.
-        let mut incoming = pin!(capped::Incoming::new(tcp, cfg.listener.max_connections));
         let mut shutdown = pin!(shutdown);
         loop {
             let conn = tokio::select! {
                 () = &mut shutdown => break,
-                c = incoming.next() => match c {
-                    Some(Ok(c)) => c,
-                    Some(Err(_)) => continue,
-                    None => break,
-                },
+                c = incoming.accept() => c,
             };
             let mut stopping = stopping.clone();
             let stopped = async move {
@@ -113,8 +110,9 @@ pub(crate) async fn serve(
             };
             tokio::spawn(server::connection(conn, tls.clone(), Arc::clone(&calls), stopped));
         }
-        // The listener closes here: no connection is taken once shutdown began.
     }
+    // The listener closes here: no connection is taken once shutdown began.
+    drop(incoming);
     let _ = stop.send(());
     drop(stopping);
     stop.closed().await;

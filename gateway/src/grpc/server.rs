@@ -11,13 +11,13 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Request, Response, header};
-use http_body_util::{BodyExt, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use hyper_util::rt::TokioIo;
+use listener::h2::{Answer, Conn, Incoming, Limits};
 use oip::pb::ModelInferRequest;
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -28,7 +28,6 @@ use tonic::metadata::MetadataMap;
 use tonic::service::Routes;
 use tower::Service as _;
 
-use super::capped::Conn;
 use super::infer::{self, X_REQUEST_ID};
 use super::local::Exec;
 use crate::http::{Guarded, PanicAnswer, Panics};
@@ -46,6 +45,9 @@ pub(super) struct Calls {
     pub(super) call_tasks: bool,
     /// Where a call's panic is counted and logged (the HTTP listeners' too).
     pub(super) panics: Panics,
+    /// The listener's limits (`listener::h2`): the connections' settings and deadlines, the
+    /// bodies' budget.
+    pub(super) limits: Limits,
 }
 
 /// A call that panicked (a bug) answers INTERNAL, no detail for the client; its connection and
@@ -56,21 +58,14 @@ impl PanicAnswer for Response<Body> {
     }
 }
 
-/// A connection's HTTP/2 settings, its calls run by `exec`.
-fn builder(exec: Exec) -> hyper::server::conn::http2::Builder<Exec> {
-    let mut b = hyper::server::conn::http2::Builder::new(exec);
+/// A connection's HTTP/2 settings (the listener's), its calls run by `exec`.
+fn builder(limits: &Limits, exec: Exec) -> hyper::server::conn::http2::Builder<Exec> {
+    let mut b = limits.builder(exec);
     // No `date` header: gRPC clients don't read it, and a value that changes every second is
     // one more header to encode on every answer.
-    b.timer(TokioTimer::new())
-        .auto_date_header(false)
-        .max_concurrent_streams(super::MAX_STREAMS)
-        .keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(10));
+    b.auto_date_header(false);
     b
 }
-
-/// Longest a TLS handshake may take; a client slower than this is dropped.
-const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// Serve one connection (after its TLS handshake, with `tls`) until it closes, or gracefully
 /// (its calls in flight finished, no new ones taken) once `stop` resolves.
@@ -81,10 +76,12 @@ pub(super) async fn connection(
     stop: impl Future<Output = ()>,
 ) {
     let mut stop = pin!(stop);
+    let watch = calls.limits.watch(conn.accepted_at());
     match tls {
-        None => serve(conn, calls, stop).await,
+        None => serve(watch.io(conn), watch, calls, stop).await,
         Some(tls) => {
-            let handshake = tokio::time::timeout(HANDSHAKE, tls.accept(conn));
+            // Within the preface's deadline, which counts from the accept.
+            let handshake = tokio::time::timeout_at(watch.preface_deadline(), tls.accept(conn));
             let conn = tokio::select! {
                 h = handshake => match h {
                     Ok(Ok(c)) => c,
@@ -93,39 +90,41 @@ pub(super) async fn connection(
                 },
                 () = &mut stop => return,
             };
-            serve(conn, calls, stop).await;
+            serve(watch.io(conn), watch, calls, stop).await;
         }
     }
 }
 
-async fn serve<IO>(io: IO, calls: Arc<Calls>, mut stop: Pin<&mut impl Future<Output = ()>>)
-where
+async fn serve<IO>(
+    io: listener::h2::WatchedIo<IO>,
+    watch: listener::h2::Watch,
+    calls: Arc<Calls>,
+    stop: Pin<&mut impl Future<Output = ()>>,
+) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     // The call's future (some kilobytes: the predict entry's is inside) boxed once here. Unboxed,
     // it is inside the stream's future, which hyper moves by value as it hands it to the
     // executor, and a tokio task (`--grpc-call-tasks`) copies in full as it spawns and finishes.
     let call_tasks = calls.call_tasks;
-    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let calls = Arc::clone(&calls);
-        let panics = calls.panics.clone();
-        Box::pin(async move { Ok::<_, Infallible>(Guarded::new(calls.call(req), panics).await) })
-    });
     // The connection's calls run in this task (`local`), unless `--grpc-call-tasks`.
     let exec = Exec::new(call_tasks);
-    let mut conn = pin!(builder(exec.clone()).serve_connection(TokioIo::new(io), svc));
-    let ended = exec
-        .run(async {
-            tokio::select! {
-                r = conn.as_mut() => r,
-                () = stop.as_mut() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            }
+    let builder = builder(&calls.limits, exec.clone());
+    let watch = Arc::new(watch);
+    let svc = {
+        let watch = Arc::clone(&watch);
+        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let (calls, watch) = (Arc::clone(&calls), Arc::clone(&watch));
+            let panics = calls.panics.clone();
+            Box::pin(async move {
+                let answer = Guarded::new(calls.call(watch.request(req)), panics).await;
+                Ok::<Response<Answer<Body>>, Infallible>(watch.answer(answer))
+            })
         })
-        .await;
-    if let Err(e) = ended {
+    };
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(io), svc));
+    let ended = exec.run(watch.drive(conn.as_mut(), stop, |c| c.graceful_shutdown())).await;
+    if let Some(Err(e)) = ended {
         tracing::debug!(error = %e, "grpc connection ended");
     }
 }
@@ -177,17 +176,10 @@ impl Calls {
 }
 
 /// The one message of a unary call's body: its 5-byte prefix (not compressed, its length)
-/// and the message, at most `max` bytes (RESOURCE_EXHAUSTED past it, as tonic answers).
+/// and the message, at most `max` bytes (RESOURCE_EXHAUSTED past it, at the prefix: the
+/// listener's body, which also holds it to the budget of bodies held and the body deadline).
 async fn read_message(body: Incoming, max: usize) -> Result<Bytes, Status> {
-    let too_large = || Status::resource_exhausted(format!("the message is larger than the limit of {max} bytes"));
-    let mut buf = Limited::new(body, max.saturating_add(5))
-        .collect()
-        .await
-        .map_err(|e| match e.downcast::<http_body_util::LengthLimitError>() {
-            Ok(_) => too_large(),
-            Err(e) => Status::cancelled(format!("the request's body was cut short: {e}")),
-        })?
-        .to_bytes();
+    let mut buf = body.message().await?;
     if buf.len() < 5 {
         return Err(Status::internal("the request carried no message"));
     }
@@ -197,7 +189,7 @@ async fn read_message(body: Incoming, max: usize) -> Result<Bytes, Status> {
     buf.advance(1);
     let len = buf.get_u32() as usize;
     if len > max {
-        return Err(too_large());
+        return Err(Status::resource_exhausted(format!("the message is larger than the limit of {max} bytes")));
     }
     if buf.len() != len {
         return Err(Status::internal(format!("the message's prefix says {len} bytes, the body carries {}", buf.len())));

@@ -52,7 +52,8 @@ pub(crate) async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let server = listener::Server::new(tcp, state.listener_config(), state.client_listener.clone());
+    let server = listener::Server::new(tcp, state.listener_config(), state.client_listener.clone())
+        .with_bodies(state.body_reader.clone());
     let state = AppState { bodies: Some(server.bodies()), ..state };
     let router = router(state.clone());
     let panics = state.panics.clone();

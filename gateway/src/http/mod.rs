@@ -59,6 +59,11 @@ pub(crate) struct AppState {
     /// The listener's metrics of each port (`gateway_connections_*`, `gateway_admin_connections_*`, ...).
     client_listener: listener::Metrics,
     admin_listener: listener::Metrics,
+    /// The gRPC port's (`gateway_grpc_connections_*`, ...).
+    grpc_listener: listener::Metrics,
+    /// The process's one budget of request bodies held, and their deadline: the client port's
+    /// and the gRPC port's bodies draw from it (its gauge is the client port's).
+    body_reader: listener::BodyReader,
     panics: Panics,
     /// The client listener's body reader (its deadline and budget), once serving; without one
     /// (handlers called directly in tests) bodies are read under `--max-body-bytes` only.
@@ -74,6 +79,16 @@ impl std::fmt::Debug for AppState {
 }
 
 impl AppState {
+    /// The gRPC port's listener metrics.
+    pub(crate) fn grpc_listener(&self) -> &listener::Metrics {
+        &self.grpc_listener
+    }
+
+    /// The process's budget of request bodies held (shared by the client and gRPC ports).
+    pub(crate) fn body_reader(&self) -> &listener::BodyReader {
+        &self.body_reader
+    }
+
     /// Where a handler's panic is counted and logged (the gRPC listener's calls too).
     pub(crate) fn panics(&self) -> &Panics {
         &self.panics
@@ -86,6 +101,8 @@ impl AppState {
         // The registry adds `gateway_` itself: `gateway_connections_*`, `gateway_admin_connections_*`.
         let client_listener = listener::Metrics::register_in(&mut registry);
         let admin_listener = listener::Metrics::register(&mut registry, "admin");
+        let grpc_listener = listener::Metrics::register(&mut registry, "grpc");
+        let body_reader = listener::BodyReader::for_listener(&ctx.config.listener.config(), &client_listener);
         let panics = Panics::new(ctx.metrics.panics.clone());
         let coalesce = crate::routing::coalesce_policy(&ctx.config).is_some();
         Self {
@@ -94,6 +111,8 @@ impl AppState {
             registry: Arc::new(registry),
             client_listener,
             admin_listener,
+            grpc_listener,
+            body_reader,
             panics,
             bodies: None,
             coalesce,
@@ -102,7 +121,7 @@ impl AppState {
 
     /// The listener's settings: the flags, the gateway's `Retry-After`, and a drain long enough
     /// for a request at its deadline.
-    fn listener_config(&self) -> listener::Config {
+    pub(crate) fn listener_config(&self) -> listener::Config {
         let c = &self.pools.ctx().config;
         let mut cfg = c.listener.config();
         cfg.retry_after_s = c.retry_after_s;
