@@ -30,7 +30,7 @@ use tonic::metadata::{Ascii, MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use wire::{ErrorBody, ErrorType};
 
-use crate::http::{AppState, Call, Ids, Target, handle_to, oip_call, oip_server_name, pool_ready};
+use crate::http::{AppState, Ids, ProtocolCall, Target, handle_to, oip_call, oip_server_name, pool_ready};
 
 /// Characters escaped in a model name or version put into a path.
 const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'/').add(b'?').add(b'#').add(b'%').add(b'"').add(b'<').add(b'>');
@@ -96,8 +96,12 @@ impl Service {
         let ids = Ids::from_headers(md.as_ref());
         // Pinned here, awaited in either arm: moved into one arm's `timeout`, the future (some
         // kilobytes) would be laid out twice in this one's, and copied in full at each call.
-        let mut answer =
-            pin!(crate::http::call(&self.0, self.pool(md), &ids, Call { path, body: body.into(), texts, single }));
+        let mut answer = pin!(crate::http::call(
+            &self.0,
+            self.pool(md),
+            &ids,
+            ProtocolCall { path, body: body.into(), texts, single }
+        ));
         let result = match deadline(md) {
             Some(d) => tokio::time::timeout(d, answer.as_mut())
                 .await
@@ -157,12 +161,12 @@ pub(crate) fn deadline(md: &MetadataMap) -> Option<Duration> {
 
 /// An answer's body and its request id (`x-request-id`, given back to the client as metadata).
 #[derive(Debug)]
-struct Answer {
+struct CallAnswer {
     body: Bytes,
     id: Option<MetadataValue<Ascii>>,
 }
 
-impl Answer {
+impl CallAnswer {
     /// `msg` as the call's response, with the request id.
     fn respond<T>(&self, msg: T) -> Response<T> {
         with_id(msg, self.id.clone())
@@ -182,7 +186,7 @@ pub(crate) const X_REQUEST_ID: &str = "x-request-id";
 
 /// The answer once it is a success, else its error as a status (see [`refusal`]); both with
 /// the request id.
-async fn success(resp: HttpResponse) -> Result<Answer, Status> {
+async fn success(resp: HttpResponse) -> Result<CallAnswer, Status> {
     let (parts, body) = resp.into_parts();
     let id = parts.headers.get(X_REQUEST_ID).and_then(|v| MetadataValue::try_from(v.as_bytes()).ok());
     let body = body
@@ -191,7 +195,7 @@ async fn success(resp: HttpResponse) -> Result<Answer, Status> {
         .map_err(|_| with_id_status(Status::unavailable("the answer was cut short"), &id))?
         .to_bytes();
     if parts.status.is_success() {
-        return Ok(Answer { body, id });
+        return Ok(CallAnswer { body, id });
     }
     Err(with_id_status(refusal(parts.status, parts.headers.get(header::RETRY_AFTER), &body), &id))
 }

@@ -35,13 +35,13 @@ use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::task::{ArcWake, AtomicWaker};
 
-type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
+type CallFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Calls started since the connection's task last took them, that task's waker, and whether the
 /// connection asked to be polled: `Arc<Started>` is the connection's own waker on a runtime of
 /// one thread ([`Exec::run`]).
 pub(super) struct Started {
-    calls: Mutex<Vec<Call>>,
+    calls: Mutex<Vec<CallFuture>>,
     task: AtomicWaker,
     conn_woken: AtomicBool,
 }

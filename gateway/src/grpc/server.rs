@@ -17,7 +17,7 @@ use http::{HeaderValue, Request, Response, header};
 use http_body_util::StreamBody;
 use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
-use listener::h2::{Answer, Conn, Incoming, Limits};
+use listener::h2::{Accepted, AnswerBody, CallBody, Limits};
 use oip::pb::ModelInferRequest;
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -70,7 +70,7 @@ fn builder(limits: &Limits, exec: Exec) -> hyper::server::conn::http2::Builder<E
 /// Serve one connection (after its TLS handshake, with `tls`) until it closes, or gracefully
 /// (its calls in flight finished, no new ones taken) once `stop` resolves.
 pub(super) async fn connection(
-    conn: Conn,
+    conn: Accepted,
     tls: Option<TlsAcceptor>,
     calls: Arc<Calls>,
     stop: impl Future<Output = ()>,
@@ -118,7 +118,7 @@ async fn serve<IO>(
             let panics = calls.panics.clone();
             Box::pin(async move {
                 let answer = Guarded::new(calls.call(watch.request(req)), panics).await;
-                Ok::<Response<Answer<Body>>, Infallible>(watch.answer(answer))
+                Ok::<Response<AnswerBody<Body>>, Infallible>(watch.answer(answer))
             })
         })
     };
@@ -130,7 +130,7 @@ async fn serve<IO>(
 }
 
 impl Calls {
-    async fn call(&self, req: Request<Incoming>) -> Response<Body> {
+    async fn call(&self, req: Request<CallBody>) -> Response<Body> {
         if req.uri().path() == MODEL_INFER {
             return self.model_infer(req).await.unwrap_or_else(|s| s.into_http());
         }
@@ -142,7 +142,7 @@ impl Calls {
     }
 
     /// `ModelInfer`: its message read and decoded, answered by the service, written back.
-    async fn model_infer(&self, req: Request<Incoming>) -> Result<Response<Body>, Status> {
+    async fn model_infer(&self, req: Request<CallBody>) -> Result<Response<Body>, Status> {
         let (parts, body) = req.into_parts();
         if let Some(enc) = parts.headers.get("grpc-encoding").filter(|v| v.as_bytes() != b"identity") {
             return Err(Status::unimplemented(format!(
@@ -178,7 +178,7 @@ impl Calls {
 /// The one message of a unary call's body: its 5-byte prefix (not compressed, its length)
 /// and the message, at most `max` bytes (RESOURCE_EXHAUSTED past it, at the prefix: the
 /// listener's body, which also holds it to the budget of bodies held and the body deadline).
-async fn read_message(body: Incoming, max: usize) -> Result<Bytes, Status> {
+async fn read_message(body: CallBody, max: usize) -> Result<Bytes, Status> {
     let mut buf = body.message().await?;
     if buf.len() < 5 {
         return Err(Status::internal("the request carried no message"));

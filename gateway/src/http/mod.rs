@@ -37,7 +37,7 @@ pub(crate) use admin::serve as serve_admin;
 pub(crate) use client::serve as serve_client;
 pub(crate) use oip::pool_ready;
 pub(crate) use panics::{Guarded, PanicAnswer, Panics};
-pub(crate) use predict::{Call, Target, call, handle_to};
+pub(crate) use predict::{ProtocolCall, Target, call, handle_to};
 pub(crate) use single::oip_call;
 pub(crate) use trace::Ids;
 

@@ -156,7 +156,7 @@ async fn forward(state: &AppState, pool: &str, inc: &ClientRequest<'_>) -> Resul
 
 /// A protocol inference its listener has read already (the gRPC service's `ModelInfer`): what
 /// the predict entry would read from the REST request of the same meaning.
-pub(crate) struct Call {
+pub(crate) struct ProtocolCall {
     /// The worker's route, `/v2/models/{model}[/versions/{version}]/infer`.
     pub(crate) path: PathAndQuery,
     /// The REST request's JSON body: what the worker is sent when the call goes alone.
@@ -171,7 +171,7 @@ pub(crate) struct Call {
 /// admission, the forward with its retries and metrics, as [`handle_to`] for its REST request,
 /// without that request to build and its answer to read back. A failure is logged as there,
 /// in the request's span; the worker's answer, a success or not, is the caller's to translate.
-pub(crate) async fn call(state: &AppState, pool: &str, ids: &Ids, call: Call) -> Result<Answer, RequestError> {
+pub(crate) async fn call(state: &AppState, pool: &str, ids: &Ids, call: ProtocolCall) -> Result<Answer, RequestError> {
     let (headers, n) = ids.headers();
     let span = || ids.span(pool);
     let result = async {

@@ -68,7 +68,7 @@ pub(super) fn oip_request(
 
 /// A checked inference `call` of model `model` (and `version`) if it may be merged: one text,
 /// not blank, without `logits`. The gRPC service checks its calls here too, and hands the result
-/// to the predict entry with the call ([`super::predict::Call`]).
+/// to the predict entry with the call ([`super::predict::ProtocolCall`]).
 pub(crate) fn oip_call(
     model: String,
     version: Option<String>,

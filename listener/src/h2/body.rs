@@ -1,4 +1,4 @@
-//! A gRPC call's request body under the listener's limits ([`Incoming`]).
+//! A gRPC call's request body under the listener's limits ([`CallBody`]).
 //!
 //! Each message of the body comes after a 5-byte prefix (a compression flag, a length). The
 //! length is read as the prefix passes and checked against the binary's `--max-body-bytes`
@@ -6,7 +6,7 @@
 //! however slowly it comes. The bytes handed on are charged to the process's budget of bodies
 //! held (`--max-buffered-body-bytes`, the HTTP/1 bodies' budget: messages over 64 KiB may
 //! take three quarters of it), as they arrive, and given back when the body is dropped (or, read
-//! whole by [`Incoming::message`], when its bytes are). The whole body must come within
+//! whole by [`CallBody::message`], when its bytes are). The whole body must come within
 //! `--body-read-timeout` of the first moment it has to be waited for. Past any of them the body
 //! gives the call's gRPC status as its error (tonic's codec answers it as it is) and ends; the
 //! connection's other calls go on.
@@ -38,7 +38,7 @@ pub(super) struct MessageLimits {
 
 /// A call's request body (hyper's, under the limits); see the module's documentation.
 #[derive(Debug)]
-pub struct Incoming {
+pub struct CallBody {
     inner: hyper::body::Incoming,
     limits: Arc<MessageLimits>,
     charge: Option<Charge>,
@@ -52,7 +52,7 @@ pub struct Incoming {
     ended: bool,
 }
 
-impl Incoming {
+impl CallBody {
     pub(super) fn new(inner: hyper::body::Incoming, limits: Arc<MessageLimits>) -> Self {
         Self {
             inner,
@@ -145,7 +145,7 @@ fn status(e: &Error) -> Status {
     }
 }
 
-impl Body for Incoming {
+impl Body for CallBody {
     type Data = Bytes;
     type Error = Status;
 

@@ -9,8 +9,8 @@
 //!   windows and send buffers, h2's reset-abuse protections left on, keep-alive pings.
 //! - [`Watch`], one a connection: its preface must come within `--header-read-timeout` of its
 //!   accept (a TLS handshake included), and a connection whose answers the peer leaves unread
-//!   for `--idle-timeout` is closed ([`Answer`]).
-//! - [`Incoming`]: a request's body: each message's declared length checked against the
+//!   for `--idle-timeout` is closed ([`AnswerBody`]).
+//! - [`CallBody`]: a request's body: each message's declared length checked against the
 //!   binary's `--max-body-bytes` before a byte of it is taken, the bytes drawn from the same
 //!   budget as HTTP/1 bodies (`--max-buffered-body-bytes`), the whole body within
 //!   `--body-read-timeout`; past any, the call is answered its gRPC status, the connection's
@@ -33,8 +33,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-pub use body::Incoming;
-pub use watch::{Answer, Watch, WatchedIo};
+pub use body::CallBody;
+pub use watch::{AnswerBody, Watch, WatchedIo};
 
 use crate::args::Config;
 use crate::body::BodyReader;
@@ -146,7 +146,7 @@ impl Listener {
     }
 
     /// The next connection under both caps (those past them are closed). Cancel-safe.
-    pub async fn accept(&mut self) -> Conn {
+    pub async fn accept(&mut self) -> Accepted {
         loop {
             let (tcp, peer) = match self.tcp.accept().await {
                 Ok(c) => c,
@@ -183,7 +183,7 @@ impl Listener {
             self.metrics.accepted.inc();
             self.metrics.open.inc();
             let held = Held { _permit: permit, _address: address, metrics: self.metrics.clone() };
-            return Conn { tcp, peer, accepted: Instant::now(), _held: held };
+            return Accepted { tcp, peer, accepted: Instant::now(), _held: held };
         }
     }
 }
@@ -204,14 +204,14 @@ impl Drop for Held {
 
 /// An accepted connection; its places are given back when it is dropped.
 #[derive(Debug)]
-pub struct Conn {
+pub struct Accepted {
     tcp: TcpStream,
     peer: SocketAddr,
     accepted: Instant,
     _held: Held,
 }
 
-impl Conn {
+impl Accepted {
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
     }
@@ -227,13 +227,13 @@ impl Conn {
     }
 }
 
-impl AsyncRead for Conn {
+impl AsyncRead for Accepted {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
     }
 }
 
-impl AsyncWrite for Conn {
+impl AsyncWrite for Accepted {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
     }

@@ -5,7 +5,7 @@
 //! HTTP/1 connection that sends no head. [`WatchedIo`] notes when its bytes have been read.
 //!
 //! **Unread answers.** hyper writes an answer's data as the peer's flow-control windows take it,
-//! and polls the answer's body (first, and for more) only when they have room. [`Answer`] notes
+//! and polls the answer's body (first, and for more) only when they have room. [`AnswerBody`] notes
 //! an answer not polled yet, or that gave data and has not been polled since (it waits for the
 //! peer), and each poll after that (it moved). A connection on which answers wait and none moved for a whole
 //! `--idle-timeout` is closed, and with it the streams and answers it holds, as the HTTP/1
@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use super::Limits;
-use super::body::{Incoming, MessageLimits};
+use super::body::{CallBody, MessageLimits};
 use crate::metrics::Metrics;
 use crate::phase::TimeoutKind;
 
@@ -85,15 +85,15 @@ impl Watch {
     }
 
     /// A call's request, its body under the limits.
-    pub fn request(&self, req: Request<hyper::body::Incoming>) -> Request<Incoming> {
-        req.map(|b| Incoming::new(b, Arc::clone(&self.messages)))
+    pub fn request(&self, req: Request<hyper::body::Incoming>) -> Request<CallBody> {
+        req.map(|b| CallBody::new(b, Arc::clone(&self.messages)))
     }
 
     /// A call's answer, watched for a peer that leaves it unread: it waits until hyper first
     /// polls it (at once, unless the peer's windows are full).
-    pub fn answer<B>(&self, resp: Response<B>) -> Response<Answer<B>> {
+    pub fn answer<B>(&self, resp: Response<B>) -> Response<AnswerBody<B>> {
         self.notes.waiting.fetch_add(1, Ordering::Relaxed);
-        resp.map(|inner| Answer { inner, notes: Arc::clone(&self.notes), waiting: true })
+        resp.map(|inner| AnswerBody { inner, notes: Arc::clone(&self.notes), waiting: true })
     }
 
     /// Drives `conn` (hyper's connection, served on [`Watch::io`]) until it ends; once `stop`
@@ -194,14 +194,14 @@ impl<T: AsyncWrite> AsyncWrite for WatchedIo<T> {
 
 pin_project! {
     /// An answer's body, noting whether its peer takes its data ([`Watch::answer`]).
-    pub struct Answer<B> {
+    pub struct AnswerBody<B> {
         #[pin]
         inner: B,
         notes: Arc<Notes>,
         waiting: bool,
     }
 
-    impl<B> PinnedDrop for Answer<B> {
+    impl<B> PinnedDrop for AnswerBody<B> {
         fn drop(this: Pin<&mut Self>) {
             if this.waiting {
                 this.notes.moved();
@@ -210,7 +210,7 @@ pin_project! {
     }
 }
 
-impl<B: Body<Data = Bytes>> Body for Answer<B> {
+impl<B: Body<Data = Bytes>> Body for AnswerBody<B> {
     type Data = Bytes;
     type Error = B::Error;
 
