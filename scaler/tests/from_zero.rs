@@ -7,14 +7,15 @@
 //! empty pool 503 after `--no-worker-wait` (1 s), shorter than any worker's start.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
 use testkit::Server;
 use testkit::fault::metric_sum;
-use tokio::process::{Child, Command};
 use tokio::time::Instant;
+
+mod common;
+use common::{Rig, Stopper};
 
 /// The scaler's sync period.
 const SYNC: &str = "1s";
@@ -23,19 +24,8 @@ const BURST: usize = 24;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn from_zero_a_burst_is_held_and_answered_then_back_to_zero_and_again() {
-    let dir = std::env::temp_dir().join(format!("scaler-zero-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let certs = dir.join("certs");
-    let ok = std::process::Command::new(testkit::bin("scaler"))
-        .arg("certs")
-        .arg(&certs)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(ok.success(), "scaler certs");
-    let workers_file = dir.join("workers.txt");
-    std::fs::write(&workers_file, "").unwrap();
+    let rig = Rig::new("scaler-zero");
+    let dir = &rig.dir;
     // The demo's behavior with a short scale-down window, so that the test is short.
     let behavior = dir.join("behavior.yaml");
     std::fs::write(
@@ -45,61 +35,20 @@ async fn from_zero_a_burst_is_held_and_answered_then_back_to_zero_and_again() {
     )
     .unwrap();
 
-    let mut cmd = Command::new(testkit::bin("gateway"));
-    cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .arg("--worker-file")
-        .arg(&workers_file)
-        .args(["--worker-file-interval", "250ms", "--stats-interval", "250ms", "--demand-window", "2s"])
-        // The signal falls to zero within seconds once the load stops (the default takes minutes).
-        .args(["--signal-fall", "1s"])
-        .args(["--metrics-api-listen", "127.0.0.1:0", "--authorization-mode", "AlwaysAllow"])
-        .arg("--tls-cert-file")
-        .arg(certs.join("server.crt"))
-        .arg("--tls-private-key-file")
-        .arg(certs.join("server.key"))
-        .arg("--client-ca-file")
-        .arg(certs.join("ca.crt"))
-        .arg("--requestheader-client-ca-file")
-        .arg(certs.join("front-proxy-ca.crt"))
-        .env("RUST_LOG", "warn");
-    let gateway = Server::start(cmd).await;
+    // The signal falls to zero within seconds once the load stops (the default takes minutes).
+    let gateway = Server::start(rig.gateway(&["--signal-fall", "1s"])).await;
     let admin = gateway.announced("admin", Duration::from_secs(5)).await.expect("admin port");
     let api = gateway.announced("metrics API", Duration::from_secs(5)).await.expect("metrics API port");
 
     let series = dir.join("scaler.jsonl");
-    let mut scaler = Command::new(testkit::bin("scaler"));
-    scaler
-        .arg("run")
-        .args(["--metrics-api", &api, "--interval", SYNC, "--min", "0", "--max", "2"])
-        .arg("--ca-file")
-        .arg(certs.join("ca.crt"))
-        .arg("--cert-file")
-        .arg(certs.join("client.crt"))
-        .arg("--key-file")
-        .arg(certs.join("client.key"))
-        .arg("--worker-file")
-        .arg(&workers_file)
-        .args(["--worker-file-interval", "250ms", "--gateway-admin", &admin, "--drain-timeout", "5s"])
-        .arg("--behavior")
-        .arg(&behavior)
-        .arg("--series")
-        .arg(&series)
-        .arg("--worker-bin")
-        .arg(testkit::bin("examples/fake_worker"));
-    for a in [
+    let workers = [
         "--model".to_owned(),
         testkit::model_dir().display().to_string(),
         "--batch-base-time".to_owned(),
         "5ms".to_owned(),
-    ] {
-        scaler.arg("--worker-arg").arg(a);
-    }
-    scaler
-        .current_dir(testkit::repo_root())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true);
+    ];
+    let mut scaler =
+        rig.scaler(&api, &admin, &["--interval", SYNC, "--min", "0", "--max", "2"], &behavior, &series, &workers);
     let scaler = Stopper(scaler.spawn().expect("scaler run"));
     let c = testkit::http::client();
     let url = gateway.at("/predict");
@@ -142,7 +91,7 @@ async fn from_zero_a_burst_is_held_and_answered_then_back_to_zero_and_again() {
     scaler.stop().await;
     let path = replicas(&series);
     assert_eq!(path, [0.0, 1.0, 0.0, 1.0, 0.0], "replicas 0 -> 1 -> 0 -> 1 -> 0");
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 async fn metrics(c: &reqwest::Client, admin: &str) -> String {
@@ -175,17 +124,4 @@ fn replicas(path: &Path) -> Vec<f64> {
         }
     }
     out
-}
-
-/// The scaler, stopped with SIGTERM (it drains and stops its workers) and waited for.
-struct Stopper(Child);
-
-impl Stopper {
-    async fn stop(mut self) {
-        if let Some(pid) = self.0.id() {
-            let pid = nix::unistd::Pid::from_raw(pid as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(20), self.0.wait()).await;
-    }
 }

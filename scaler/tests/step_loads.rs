@@ -7,7 +7,6 @@
 //! demo's (the test is short), its targets the defaults.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,8 +14,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use testkit::Server;
 use testkit::load::{Unanswered, open_loop};
-use tokio::process::{Child, Command};
 use tokio::time::Instant;
+
+mod common;
+use common::{Rig, Stopper};
 
 /// The fake workers' batch: 40 ms + 2 ms a row, 32 rows: 32 / 0.104 s = 307.7 queries/s.
 const BASE_MS: u64 = 40;
@@ -41,60 +42,14 @@ fn unix_now() -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scaler_settles_at_ceil_r_within_two_sync_periods_of_each_step_up() {
-    let dir = std::env::temp_dir().join(format!("scaler-steps-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let certs = dir.join("certs");
-    let ok = std::process::Command::new(testkit::bin("scaler"))
-        .arg("certs")
-        .arg(&certs)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(ok.success(), "scaler certs");
-    let workers_file = dir.join("workers.txt");
-    std::fs::write(&workers_file, "").unwrap();
-
-    let mut cmd = Command::new(testkit::bin("gateway"));
-    cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .arg("--worker-file")
-        .arg(&workers_file)
-        .args(["--worker-file-interval", "250ms", "--stats-interval", "250ms", "--demand-window", "2s"])
-        .args(["--metrics-api-listen", "127.0.0.1:0", "--authorization-mode", "AlwaysAllow"])
-        .arg("--tls-cert-file")
-        .arg(certs.join("server.crt"))
-        .arg("--tls-private-key-file")
-        .arg(certs.join("server.key"))
-        .arg("--client-ca-file")
-        .arg(certs.join("ca.crt"))
-        .arg("--requestheader-client-ca-file")
-        .arg(certs.join("front-proxy-ca.crt"))
-        .env("RUST_LOG", "warn");
-    let gateway = Server::start(cmd).await;
+    let rig = Rig::new("scaler-steps");
+    let dir = &rig.dir;
+    let gateway = Server::start(rig.gateway(&[])).await;
     let admin = gateway.announced("admin", Duration::from_secs(5)).await.expect("admin port");
     let api = gateway.announced("metrics API", Duration::from_secs(5)).await.expect("metrics API port");
 
     let series = dir.join("scaler.jsonl");
-    let mut scaler = Command::new(testkit::bin("scaler"));
-    scaler
-        .arg("run")
-        .args(["--metrics-api", &api, "--interval", &format!("{}s", SYNC.as_secs()), "--max", "5"])
-        .arg("--ca-file")
-        .arg(certs.join("ca.crt"))
-        .arg("--cert-file")
-        .arg(certs.join("client.crt"))
-        .arg("--key-file")
-        .arg(certs.join("client.key"))
-        .arg("--worker-file")
-        .arg(&workers_file)
-        .args(["--worker-file-interval", "250ms", "--gateway-admin", &admin, "--drain-timeout", "5s"])
-        .arg("--behavior")
-        .arg(testkit::repo_root().join("scripts/demo-behavior.yaml"))
-        .arg("--series")
-        .arg(&series)
-        .arg("--worker-bin")
-        .arg(testkit::bin("examples/fake_worker"));
-    for a in [
+    let workers = [
         "--model".to_owned(),
         testkit::model_dir().display().to_string(),
         "--batch-base-time".to_owned(),
@@ -105,15 +60,10 @@ async fn the_scaler_settles_at_ceil_r_within_two_sync_periods_of_each_step_up() 
         ROWS.to_string(),
         "--min-batch-fill".to_owned(),
         "0".to_owned(),
-    ] {
-        scaler.arg("--worker-arg").arg(a);
-    }
-    scaler
-        .current_dir(testkit::repo_root())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true);
+    ];
+    let interval = format!("{}s", SYNC.as_secs());
+    let behavior = testkit::repo_root().join("scripts/demo-behavior.yaml");
+    let mut scaler = rig.scaler(&api, &admin, &["--interval", &interval, "--max", "5"], &behavior, &series, &workers);
     let scaler = Stopper(scaler.spawn().expect("scaler run"));
 
     let c = testkit::http::client();
@@ -167,20 +117,7 @@ async fn the_scaler_settles_at_ceil_r_within_two_sync_periods_of_each_step_up() 
         assert_eq!(at_end, Some(want), "R {r}: the replicas at the step's end: {replicas:?}");
     }
     assert_eq!(odd.load(Ordering::Relaxed), 0, "every answer was a 200 or a 429");
-    std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// The scaler, stopped with SIGTERM (it drains and stops its workers) and waited for.
-struct Stopper(Child);
-
-impl Stopper {
-    async fn stop(mut self) {
-        if let Some(pid) = self.0.id() {
-            let pid = nix::unistd::Pid::from_raw(pid as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(20), self.0.wait()).await;
-    }
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// `(t, value)` of a series of the scaler's JSON lines, in order.
