@@ -180,19 +180,7 @@ pub async fn serve(
 /// How long a call may take: `timeout`, or the client's deadline (`grpc-timeout`: at most 8
 /// digits and a unit, `H`, `M`, `S`, `m`, `u`, `n`) when shorter.
 fn call_deadline(headers: &http::HeaderMap, timeout: Duration) -> Duration {
-    let client = headers.get("grpc-timeout").and_then(|v| v.to_str().ok()).and_then(|v| {
-        let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
-        let n: u64 = digits.parse().ok().filter(|_| digits.len() <= 8)?;
-        Some(match unit {
-            "H" => Duration::from_secs(n * 3600),
-            "M" => Duration::from_secs(n * 60),
-            "S" => Duration::from_secs(n),
-            "m" => Duration::from_millis(n),
-            "u" => Duration::from_micros(n),
-            "n" => Duration::from_nanos(n),
-            _ => return None,
-        })
-    });
+    let client = headers.get("grpc-timeout").and_then(|v| v.to_str().ok()).and_then(listener::h2::parse_grpc_timeout);
     client.map_or(timeout, |c| c.min(timeout))
 }
 

@@ -145,18 +145,7 @@ fn model_path(name: &str, version: &str, tail: &str) -> String {
 /// The client's deadline, from `grpc-timeout` (an integer of at most 8 digits and a unit:
 /// `H`, `M`, `S`, `m`, `u`, `n`).
 pub(crate) fn deadline(md: &MetadataMap) -> Option<Duration> {
-    let v = md.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok().filter(|_| digits.len() <= 8)?;
-    Some(match unit {
-        "H" => Duration::from_secs(n * 3600),
-        "M" => Duration::from_secs(n * 60),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
+    listener::h2::parse_grpc_timeout(md.get("grpc-timeout")?.to_str().ok()?)
 }
 
 /// An answer's body and its request id (`x-request-id`, given back to the client as metadata).

@@ -255,6 +255,22 @@ impl AsyncWrite for Accepted {
     }
 }
 
+/// A gRPC client's deadline as its `grpc-timeout` header writes it: an integer of at most 8
+/// digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`); `None` for anything else.
+pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok().filter(|_| digits.len() <= 8)?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::AsyncReadExt;
