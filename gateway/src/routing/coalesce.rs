@@ -36,14 +36,15 @@
 //! without it (retry `slow`, as alone); its part of the merge's answer is then dropped. A member
 //! whose client went away before its merge left is skipped, never sent.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use http::{HeaderValue, Method};
 use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::proxy::{self, Attempt, ClientRequest, Sent};
+use super::attempt::{Attempt, Sent, alone, apply, conclude};
+use super::request::{ClientRequest, Single};
 use crate::config::Config;
 use crate::ctx::Ctx;
 use crate::pool::merge_queue::{Arrival, Delivery, Member, Policy};
@@ -53,78 +54,6 @@ use crate::upstream::{Answer, Limit, Outgoing};
 
 /// What a merged body adds to its queries: `{"queries":[` and `]}`.
 const BODY_OVERHEAD: usize = 14;
-
-/// A request that may go in a merge: its one query, and its tokens at most.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Single {
-    /// The query as a JSON string (quoted, escaped).
-    json: String,
-    tokens: u64,
-    /// Set for an Open Inference Protocol inference: its answer is made from the merge's item.
-    oip: Option<Arc<OipSingle>>,
-}
-
-/// An Open Inference Protocol inference of one text, as a merge's member: what its answer needs.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct OipSingle {
-    /// The model (and version) it names: it goes in a merge only to a worker serving it.
-    pub(crate) model: String,
-    pub(crate) version: Option<String>,
-    /// The request, its text taken out: the answer's id, shape and outputs.
-    pub(crate) call: oip::InferCall,
-    /// Where a gRPC call takes its prediction from a merge's answer, to answer in protobuf
-    /// without the REST JSON in between (the answer's body is then empty); `None` for REST.
-    pub(crate) reply: Option<Arc<OnceLock<wire::Prediction>>>,
-}
-
-impl Single {
-    /// The query `query` (as the worker decodes it) of at most `tokens` tokens.
-    pub(crate) fn new(query: &str, tokens: u64) -> Option<Self> {
-        serde_json::to_string(query).ok().map(|json| Self { json, tokens, oip: None })
-    }
-
-    /// An Open Inference Protocol inference of the one text `query`, of at most `tokens` tokens.
-    pub(crate) fn oip(query: &str, tokens: u64, form: OipSingle) -> Option<Self> {
-        Self::new(query, tokens).map(|s| Self { oip: Some(Arc::new(form)), ..s })
-    }
-
-    /// Whether it may go in a merge to `ep`: a `/predict` request always, an Open Inference
-    /// Protocol one when the worker serves the model it names (else it goes alone, and the
-    /// worker answers it as it would).
-    pub(crate) fn may_merge_on(&self, ep: &Endpoint) -> bool {
-        self.oip.as_ref().is_none_or(|o| ep.serves(&o.model, o.version.as_deref()))
-    }
-
-    /// The answer to the request from its item of a merge's 2xx answer `a`: the item itself
-    /// for `/predict` (what the worker answers the query alone), the protocol's answer made
-    /// from it (by the worker's own function, `oip::answer::rest_json`) for an Open Inference
-    /// Protocol request.
-    fn answer(&self, mut a: Answer) -> Result<Answer, String> {
-        let Some(o) = &self.oip else { return Ok(a) };
-        let prediction: wire::Prediction =
-            serde_json::from_slice(&a.body).map_err(|e| format!("an item that is not a prediction: {e}"))?;
-        if let Some(reply) = &o.reply {
-            let _ = reply.set(prediction);
-            a.body = bytes::Bytes::new();
-            return Ok(a);
-        }
-        a.body =
-            oip::answer::rest_json(&o.model, &o.call, std::slice::from_ref(&prediction)).map_err(|e| e.message)?.into();
-        Ok(a)
-    }
-
-    /// Its estimated tokens at most.
-    #[cfg(test)]
-    pub(crate) fn tokens(&self) -> u64 {
-        self.tokens
-    }
-
-    /// Its Open Inference Protocol form, if it is one.
-    #[cfg(test)]
-    pub(crate) fn oip_form(&self) -> Option<&OipSingle> {
-        self.oip.as_deref()
-    }
-}
 
 /// The merge policy of `cfg`'s flags; `None` when coalescing is off.
 pub(crate) fn policy(cfg: &Config) -> Option<Policy> {
@@ -165,7 +94,7 @@ pub(super) async fn attempt(
             drop(member);
             // Counted in flight at the worker's queue until it ends.
             let _exchange = Exchange { ctx: Arc::clone(ctx), ep: Arc::clone(ep), policy: *policy };
-            return proxy::alone(pool, ep, req, deadline).await;
+            return alone(pool, ep, req, deadline).await;
         }
         Arrival::Merge(members) => send(Arc::clone(ctx), Arc::clone(ep), *policy, members),
         Arrival::Wait => {}
@@ -181,20 +110,20 @@ pub(super) async fn attempt(
                 Ok((a, error_type)) => (verdict, Sent::Answer(a, error_type)),
                 Err(detail) => (verdict, Sent::Failed(detail)),
             };
-            proxy::conclude(ep, ctx, verdict, sent)
+            conclude(ep, ctx, verdict, sent)
         }
-        Ok(Ok(Delivery::Alone)) => proxy::alone(pool, ep, req, deadline).await,
+        Ok(Ok(Delivery::Alone)) => alone(pool, ep, req, deadline).await,
         Ok(Ok(Delivery::TimedOut)) | Err(_) => {
             // As alone: the time waited is a latency sample, never a failure.
             let o = Outcome::TimedOut { waited: since.elapsed(), whole_request: deadline.1 };
             let c = outcome::classify(CallKind::Predict, &o);
-            proxy::apply(ep, c.health, ctx, &"timeout", Some(req.span));
-            proxy::conclude(ep, ctx, c.verdict, Sent::TimedOut)
+            apply(ep, c.health, ctx, &"timeout", Some(req.span));
+            conclude(ep, ctx, c.verdict, Sent::TimedOut)
         }
         // The merge was dropped without a word (the runtime is shutting down).
         Ok(Err(_)) => {
             let detail = format!("{}: merged request abandoned", ep.url);
-            proxy::conclude(ep, ctx, Verdict::Retry(RetryReason::Dropped), Sent::Failed(detail))
+            conclude(ep, ctx, Verdict::Retry(RetryReason::Dropped), Sent::Failed(detail))
         }
     }
 }
@@ -250,14 +179,14 @@ impl Exchange {
         let sent = Instant::now();
         match tokio::time::timeout_at(deadline, outcome::send(&ep.upstream, out, limit)).await {
             Err(_) => {
-                proxy::apply(ep, HealthEffect::Slow { waited: sent.elapsed() }, ctx, &"timeout", None);
+                apply(ep, HealthEffect::Slow { waited: sent.elapsed() }, ctx, &"timeout", None);
                 for m in members {
                     let _ = m.answer.send(Delivery::TimedOut);
                 }
             }
             Ok(Err(e)) => {
                 let c = outcome::classify(CallKind::Predict, &Outcome::Failed(&e));
-                proxy::apply(ep, c.health, ctx, &e, None);
+                apply(ep, c.health, ctx, &e, None);
                 let detail = format!("{}: {e}", ep.url);
                 for m in members {
                     let _ = m.answer.send(Delivery::Done { verdict: c.verdict, result: Err(detail.clone()) });
@@ -276,7 +205,7 @@ impl Exchange {
                 Ok(parts) => {
                     let o = Outcome::Answered { status, error_type: None, rtt };
                     let c = outcome::classify(CallKind::Predict, &o);
-                    proxy::apply(ep, c.health, ctx, &"answer", None);
+                    apply(ep, c.health, ctx, &"answer", None);
                     for (m, part) in members.into_iter().zip(parts) {
                         let _ = m.answer.send(Delivery::Done { verdict: c.verdict, result: Ok((part, None)) });
                     }
@@ -305,7 +234,7 @@ impl Exchange {
             return;
         }
         let c = outcome::classify(CallKind::Predict, &Outcome::Answered { status: a.status, error_type, rtt });
-        proxy::apply(ep, c.health, ctx, &"server error", None);
+        apply(ep, c.health, ctx, &"server error", None);
         // Each gets the worker's answer (a 429 goes through with its `Retry-After` if it goes
         // nowhere else): one body shared, its charge with the first.
         let mut charge = a.charge;
@@ -325,7 +254,7 @@ impl Exchange {
     /// member may go elsewhere.
     fn malformed(&self, members: Vec<Member>, detail: &str) {
         let c = outcome::classify(CallKind::Predict, &Outcome::Malformed);
-        proxy::apply(&self.ep, c.health, &self.ctx, &"malformed answer", None);
+        apply(&self.ep, c.health, &self.ctx, &"malformed answer", None);
         for m in members {
             let _ = m.answer.send(Delivery::Done { verdict: c.verdict, result: Err(detail.to_owned()) });
         }

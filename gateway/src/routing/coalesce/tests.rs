@@ -2,6 +2,7 @@
 //! for each query alone), and one merged exchange against scripted workers: every member hears
 //! exactly once, the worker's health is touched once, the next merge waiting goes.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,6 +15,7 @@ use wire::{PredictBatchResponse, Prediction};
 use super::*;
 use crate::metrics::Metrics;
 use crate::pool::Health;
+use crate::routing::request::OipSingle;
 use crate::upstream::{AnswerBudget, Charge};
 
 fn prediction(intent: &str, score: f32, scores: Option<&[(&str, f32)]>) -> Prediction {
