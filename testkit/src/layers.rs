@@ -1,16 +1,24 @@
-//! The layering check: no import cycle between the top-level modules of a crate's `src/`.
+//! The layering check: no import cycle between sibling modules, at any depth of a crate's `src/`.
 //!
-//! A top-level module is `src/NAME.rs` or `src/NAME/` (`lib` and `main` are the root, not
-//! modules). Module A depends on B when A's code names `crate::B` (in a `use` line, a
-//! `use crate::{B, ...}` group or a path in the code). Comments are skipped, and so is test
-//! code (`#[cfg(test)]` blocks and files declared under `#[cfg(test)]`): a test may reach across
+//! The modules of a directory are its `NAME.rs` files and `NAME/` folders (`mod.rs`, and `lib`
+//! and `main` in `src/`, are the directory's own module, not one of them); the top-level modules
+//! are those of `src/`. `src/bin/` holds crate roots of their own and is not read. Module `a::x`
+//! depends on its sibling `a::y` when code in `a::x` (its file or any file under it) names a
+//! path into `a::y`: `crate::a::y`, `super::y` from `a::x`'s own file, `super::super::y` one
+//! level further down, `self::...` resolved the same way; in a `use` line, a `use` group
+//! (`use super::{y::T, z}`) or a path in the code. A name that the common parent imports
+//! (`super::T` where `a`'s file has `use y::T;`) counts as a path to where it comes from.
+//!
+//! It is a text scan: comments, string and character literals are skipped, and so is test code
+//! (`#[cfg(test)]` items and files declared under `#[cfg(test)]`): a test may reach across
 //! layers, production code may not. [`cycles`] reports every dependency that closes a cycle,
 //! with the file that makes it, so that the failure says what to move.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// One dependency between top-level modules, and the file that makes it.
+/// One dependency between sibling modules (paths from the crate root, `a::x` -> `a::y`), and
+/// the file that makes it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Edge {
     pub from: String,
@@ -18,21 +26,83 @@ pub struct Edge {
     pub file: PathBuf,
 }
 
-/// The dependencies between the top-level modules of the crate whose sources are in `src`.
+/// The dependencies between sibling modules of the crate whose sources are in `src`.
 pub fn edges(src: &Path) -> Vec<Edge> {
-    let modules = top_level_modules(src);
-    let mut out = BTreeSet::new();
-    for (name, path) in &modules {
-        for file in production_files(path) {
+    let files: Vec<(PathBuf, Vec<String>, String)> = production_files(src)
+        .into_iter()
+        .map(|file| {
             let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-            for to in referenced_modules(&strip_tests(&strip_comments(&text))) {
-                if &to != name && modules.contains_key(&to) {
-                    out.insert(Edge { from: name.clone(), to, file: file.clone() });
+            let module = module_of(src, &file);
+            (file, module, strip_tests(&blank_comments_and_literals(&text)))
+        })
+        .collect();
+    // Every module that has production code, and the modules above it.
+    let modules: BTreeSet<Vec<String>> =
+        files.iter().flat_map(|(_, m, _)| (0..=m.len()).map(move |i| m[..i].to_vec())).collect();
+    let imports = imports(&files, &modules);
+    let mut out = BTreeSet::new();
+    for (file, here, text) in &files {
+        for (inline, path) in references(text) {
+            let Some(mut to) = resolve(&[here.as_slice(), &inline].concat(), &path) else { continue };
+            // A name the common parent imports (`super::forward` for `mod.rs`'s `use proxy::forward`)
+            // stands for where it comes from; a few steps at most, in case of a loop.
+            for _ in 0..8 {
+                // The two sides part at `i`: `here[i]` and `to[i]` are siblings under `here[..i]`.
+                let i = here.iter().zip(&to).take_while(|(a, b)| a == b).count();
+                if i == here.len() || i == to.len() {
+                    break;
+                }
+                if modules.contains(&to[..=i]) {
+                    out.insert(Edge { from: here[..=i].join("::"), to: to[..=i].join("::"), file: file.clone() });
+                    break;
+                }
+                match imports.get(&to[..i]).and_then(|names| names.get(&to[i])) {
+                    Some(from) => to = [from.as_slice(), &to[i + 1..]].concat(),
+                    None => break,
                 }
             }
         }
     }
     out.into_iter().collect()
+}
+
+/// The names each module's file brings in with `use` (renames and globs aside), with the paths
+/// they stand for: `use proxy::forward;` in `routing/mod.rs` makes `routing::forward` stand for
+/// `routing::proxy::forward`.
+fn imports(
+    files: &[(PathBuf, Vec<String>, String)],
+    modules: &BTreeSet<Vec<String>>,
+) -> BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>> {
+    let mut out: BTreeMap<_, BTreeMap<_, _>> = BTreeMap::new();
+    for (_, here, text) in files {
+        let inline = inline_modules(text);
+        for (at, _) in text.match_indices("use ") {
+            if text[..at].ends_with(is_ident) || inline.iter().any(|(_, r)| r.contains(&at)) {
+                continue;
+            }
+            for path in use_tree(&mut Cursor { text, at: at + "use ".len() }) {
+                let resolved = match path.first().map(String::as_str) {
+                    Some("crate" | "self" | "super") => resolve(here, &path),
+                    // A path from a module of its own (`use proxy::forward;`).
+                    Some(child) if modules.contains(&[here.as_slice(), &[child.to_owned()]].concat()) => {
+                        resolve(here, &[&["self".to_owned()], path.as_slice()].concat())
+                    }
+                    _ => None,
+                };
+                let Some(mut resolved) = resolved else { continue };
+                resolved.retain(|s| s != "self");
+                let name = match path.last().map(String::as_str) {
+                    Some("*") => continue,
+                    Some(last) => last.strip_prefix("as ").or(resolved.last().map(String::as_str)),
+                    None => None,
+                };
+                if let Some(name) = name.map(str::to_owned) {
+                    out.entry(here.clone()).or_default().insert(name, resolved);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Every dependency that lies on a cycle (empty: the modules form layers).
@@ -58,51 +128,55 @@ pub fn cycles(src: &Path) -> Vec<Edge> {
     all.iter().filter(|e| reaches(&e.to, &e.from)).cloned().collect()
 }
 
-/// Panic, naming every edge on a cycle, unless the top-level modules of `src` form layers.
+/// Panic, naming every edge on a cycle, unless the sibling modules of every directory of `src`
+/// form layers.
 pub fn assert_layered(src: &Path) {
+    if let Err(why) = check(src) {
+        panic!("{why}");
+    }
+}
+
+/// `Err` naming every edge on a cycle, unless the sibling modules of every directory of `src`
+/// form layers.
+pub fn check(src: &Path) -> Result<(), String> {
     let bad = cycles(src);
-    assert!(
-        bad.is_empty(),
-        "import cycles between top-level modules of {} (move the type both sides need to a leaf \
-         module or to `wire`):\n{}",
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let lines = bad.iter().map(|e| format!("  {} -> {} ({})", e.from, e.to, e.file.display()));
+    Err(format!(
+        "import cycles between sibling modules of {} (move what both sides need to a leaf module, or to \
+         `wire`):\n{}",
         src.display(),
-        bad.iter().map(|e| format!("  {} -> {} ({})", e.from, e.to, e.file.display())).collect::<Vec<_>>().join("\n")
-    );
+        lines.collect::<Vec<_>>().join("\n")
+    ))
 }
 
-fn top_level_modules(src: &Path) -> BTreeMap<String, PathBuf> {
-    let mut out = BTreeMap::new();
-    for entry in std::fs::read_dir(src).unwrap_or_else(|e| panic!("{}: {e}", src.display())) {
-        let path = entry.unwrap().path();
-        let name = if path.is_dir() {
-            path.file_name().and_then(|n| n.to_str()).map(str::to_owned)
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            path.file_stem().and_then(|n| n.to_str()).map(str::to_owned)
-        } else {
-            None
-        };
-        match name {
-            Some(n) if n != "lib" && n != "main" => {
-                out.insert(n, path);
-            }
-            _ => {}
-        }
+/// The module that `file` (under `src`) is: `src/a/b.rs` and `src/a/b/mod.rs` are `a::b`,
+/// `src/lib.rs` and `src/main.rs` the root.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap_or_else(|_| panic!("{} not under {}", file.display(), src.display()));
+    let mut names: Vec<String> = rel.with_extension("").iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let own = match names.last().map(String::as_str) {
+        Some("mod") => true,
+        Some("lib" | "main") => names.len() == 1,
+        _ => false,
+    };
+    if own {
+        names.pop();
     }
-    out
+    names
 }
 
-/// The files of a module (a file, or a folder's `.rs` files), without those declared under
+/// The `.rs` files under `src` (`src/bin/` left out), without those declared under
 /// `#[cfg(test)]` (`#[cfg(test)] mod NAME;` makes `NAME.rs` or `NAME/` test code).
-fn production_files(path: &Path) -> Vec<PathBuf> {
-    if path.is_file() {
-        return vec![path.to_owned()];
-    }
+fn production_files(src: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
-    let mut dirs = vec![path.to_owned()];
+    let mut dirs = vec![src.to_owned()];
     while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let p = entry.unwrap().path();
-            if p.is_dir() {
+            if p.is_dir() && p != src.join("bin") {
                 dirs.push(p);
             } else if p.extension().is_some_and(|e| e == "rs") {
                 files.push(p);
@@ -138,8 +212,73 @@ fn production_files(path: &Path) -> Vec<PathBuf> {
     files
 }
 
-fn strip_comments(text: &str) -> String {
-    text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n")
+/// `text` with its comments and the insides of its string and character literals blanked
+/// (newlines kept), so that neither a path in prose nor a brace in a literal is read as code.
+fn blank_comments_and_literals(text: &str) -> String {
+    let c: Vec<char> = text.chars().collect();
+    let at = |i: usize| c.get(i).copied().unwrap_or('\0');
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, from: &[char]| {
+        out.extend(from.iter().map(|&ch| if ch == '\n' { '\n' } else { ' ' }));
+    };
+    let mut i = 0;
+    while i < c.len() {
+        let end = match c[i] {
+            '/' if at(i + 1) == '/' => (i..c.len()).find(|&j| c[j] == '\n').unwrap_or(c.len()),
+            '/' if at(i + 1) == '*' => {
+                let (mut depth, mut j) = (0usize, i);
+                while j < c.len() {
+                    if c[j] == '/' && at(j + 1) == '*' {
+                        depth += 1;
+                        j += 2;
+                    } else if c[j] == '*' && at(j + 1) == '/' {
+                        depth -= 1;
+                        j += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        j += 1;
+                    }
+                }
+                j
+            }
+            '"' => {
+                let mut j = i + 1;
+                while j < c.len() && c[j] != '"' {
+                    j += if c[j] == '\\' { 2 } else { 1 };
+                }
+                j + 1
+            }
+            // `r"..."`, `r#"..."#`, `br"..."`.
+            'r' if !ident(if i == 0 { ' ' } else { c[i - 1] })
+                || (i >= 1 && c[i - 1] == 'b' && !ident(if i == 1 { ' ' } else { c[i - 2] })) =>
+            {
+                let hashes = c[i + 1..].iter().take_while(|&&ch| ch == '#').count();
+                if at(i + 1 + hashes) != '"' {
+                    out.push('r');
+                    i += 1;
+                    continue;
+                }
+                let close: Vec<char> = std::iter::once('"').chain(std::iter::repeat_n('#', hashes)).collect();
+                let body = i + 2 + hashes;
+                (body..c.len()).find(|&j| c[j..].starts_with(&close)).map_or(c.len(), |j| j + close.len())
+            }
+            // A character literal (`'x'`, `'\n'`, `'\u{7f}'`), not a lifetime.
+            '\'' if at(i + 1) == '\\' => (i + 3..c.len()).find(|&j| c[j] == '\'').map_or(c.len(), |j| j + 1),
+            '\'' if at(i + 2) == '\'' => i + 3,
+            ch => {
+                out.push(ch);
+                i += 1;
+                continue;
+            }
+        };
+        let end = end.min(c.len());
+        blank(&mut out, &c[i..end]);
+        i = end;
+    }
+    out
 }
 
 /// `text` without its `#[cfg(test)]` items (the braces of the item after the attribute matched).
@@ -175,43 +314,179 @@ fn strip_tests(text: &str) -> String {
     out
 }
 
-/// The top-level modules that `text` names through `crate::`.
-fn referenced_modules(text: &str) -> BTreeSet<String> {
-    let ident = |s: &str| s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
-    let mut out = BTreeSet::new();
-    for (at, _) in text.match_indices("crate::") {
-        let rest = &text[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            // `crate::{a, b::c, d::{e, f}}`: the names at depth 0 of the group.
-            let mut depth = 0usize;
-            let mut start = true;
-            for (i, c) in group.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => start = true,
-                    c if start && (c.is_ascii_alphabetic() || c == '_') => {
-                        out.insert(ident(&group[i..]));
-                        start = false;
-                    }
-                    _ => {}
-                }
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Every path that `text` names from `crate::`, `super::` or `self::`, as its segments (the
+/// first one of those three; a `use` group expanded: `super::{a::B, c}` is `super::a::B` and
+/// `super::c`), with the inline modules (`mod NAME { ... }`) it is written in, outermost first.
+fn references(text: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let inline = inline_modules(text);
+    let mut out = Vec::new();
+    for start in ["crate::", "super::", "self::"] {
+        for (at, _) in text.match_indices(start) {
+            let before = text[..at].trim_end();
+            // `super::super::x` is read once, from its first `super`; `Self::`, `myself::` never.
+            if before.ends_with("::") || text[..at].ends_with(is_ident) {
+                continue;
             }
-        } else {
-            out.insert(ident(rest));
+            let within = inline.iter().filter(|(_, r)| r.contains(&at)).map(|(n, _)| n.clone()).collect::<Vec<_>>();
+            for path in use_tree(&mut Cursor { text, at }) {
+                out.push((within.clone(), path));
+            }
         }
     }
-    out.remove("");
     out
+}
+
+/// The inline modules of `text` (`mod NAME {`), each with the span of its braces, in order.
+fn inline_modules(text: &str) -> Vec<(String, std::ops::Range<usize>)> {
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("mod ") {
+        if text[..at].ends_with(is_ident) {
+            continue;
+        }
+        let rest = &text[at + "mod ".len()..];
+        let name: String = rest.trim_start().chars().take_while(|&c| is_ident(c)).collect();
+        let after = rest.trim_start()[name.len()..].trim_start();
+        if name.is_empty() || !after.starts_with('{') {
+            continue;
+        }
+        let open = text.len() - after.len();
+        let mut depth = 0usize;
+        let mut end = text.len();
+        for (i, c) in text[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push((name, open..end));
+    }
+    out
+}
+
+/// A position in the text being read.
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn rest(&self) -> &str {
+        &self.text[self.at..]
+    }
+
+    fn skip_space(&mut self) {
+        self.at = self.text.len() - self.rest().trim_start().len();
+    }
+
+    /// Takes `token` (after any space) if it comes next.
+    fn eat(&mut self, token: &str) -> bool {
+        self.skip_space();
+        let found = self.rest().starts_with(token);
+        if found {
+            self.at += token.len();
+        }
+        found
+    }
+
+    fn ident(&mut self) -> String {
+        self.skip_space();
+        let name: String = self.rest().chars().take_while(|&c| is_ident(c)).collect();
+        self.at += name.len();
+        name
+    }
+}
+
+/// The paths of the use tree (or plain path) at `cur`: `a::b::{c, d::{e, self as f}}` is
+/// `a::b::c`, `a::b::d::e` and `a::b::d::self::as f` (a rename is a last segment `as NAME`).
+fn use_tree(cur: &mut Cursor<'_>) -> Vec<Vec<String>> {
+    let mut prefix = Vec::new();
+    loop {
+        if cur.eat("{") {
+            let mut out = Vec::new();
+            loop {
+                for tail in use_tree(cur) {
+                    out.push([prefix.clone(), tail].concat());
+                }
+                // Past a rename (`as x`) or anything else the tree does not name, to `,` or `}`.
+                let mut depth = 0usize;
+                while let Some(c) = cur.rest().chars().next() {
+                    cur.at += c.len_utf8();
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => return out,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => break,
+                        _ => {}
+                    }
+                }
+                if cur.rest().is_empty() {
+                    return out;
+                }
+            }
+        }
+        if cur.eat("*") {
+            prefix.push("*".to_owned());
+            return vec![prefix];
+        }
+        let name = cur.ident();
+        if name.is_empty() {
+            return if prefix.is_empty() { Vec::new() } else { vec![prefix] };
+        }
+        prefix.push(name);
+        let mark = cur.at;
+        if !cur.eat("::") || cur.rest().trim_start().starts_with('<') {
+            cur.at = mark;
+            if cur.eat("as ") {
+                let alias = cur.ident();
+                prefix.push(format!("as {alias}"));
+            }
+            return vec![prefix];
+        }
+    }
+}
+
+/// The module path (from the crate root) that `path`, written in module `here`, names; `None`
+/// where it climbs above the root.
+fn resolve(here: &[String], path: &[String]) -> Option<Vec<String>> {
+    let (first, rest) = path.split_first()?;
+    let mut out = match first.as_str() {
+        "crate" => Vec::new(),
+        "self" => here.to_vec(),
+        "super" => here.split_last()?.1.to_vec(),
+        _ => return None,
+    };
+    for seg in rest {
+        match seg.as_str() {
+            "super" => {
+                out.pop()?;
+            }
+            "self" => {}
+            "*" => break,
+            rename if rename.starts_with("as ") => break,
+            name => out.push(name.to_owned()),
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn tree(files: &[(&str, &str)]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("layers-{}-{}", std::process::id(), files.len()));
+    /// A crate's `src/` under the temporary directory, named `name` (tests run side by side).
+    fn tree(name: &str, files: &[(&str, &str)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("layers-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         for (path, text) in files {
             let p = dir.join(path);
@@ -221,37 +496,162 @@ mod tests {
         dir
     }
 
-    #[test]
-    fn names_are_read_from_use_lines_groups_and_paths() {
-        let got = referenced_modules(
-            "use crate::a::X;\nuse crate::{b, c::{D, E}, d::F};\nfn f() -> crate::e::G { G::default() }\nlet x = \
-             $crate::f;",
-        );
-        assert_eq!(got, ["a", "b", "c", "d", "e", "f"].map(String::from).into());
+    /// The top-level modules that `text`, in module `here`, names.
+    fn named(here: &[&str], text: &str) -> BTreeSet<String> {
+        let here: Vec<String> = here.iter().map(|s| (*s).to_owned()).collect();
+        references(&strip_tests(&blank_comments_and_literals(text)))
+            .into_iter()
+            .filter_map(|(inline, path)| resolve(&[here.as_slice(), &inline].concat(), &path))
+            .map(|p| p.join("::"))
+            .collect()
+    }
+
+    fn pairs(edges: &[Edge]) -> Vec<(&str, &str)> {
+        edges.iter().map(|e| (e.from.as_str(), e.to.as_str())).collect()
     }
 
     #[test]
-    fn test_code_and_comments_are_not_dependencies() {
+    fn names_are_read_from_use_lines_groups_and_paths() {
+        let got = named(
+            &[],
+            "use crate::a::X;\nuse crate::{b, c::{D, E}, d::F};\nfn f() -> crate::e::G { G::default() }\nlet x = \
+             $crate::f;",
+        );
+        let want = ["a::X", "b", "c::D", "c::E", "d::F", "e::G", "f"];
+        assert_eq!(got, want.map(String::from).into());
+    }
+
+    #[test]
+    fn super_and_self_are_resolved_from_the_module_they_are_written_in() {
+        let text = "use super::{proxy::{self, Sent}, retry as r};\nuse super::super::pool::Endpoint;\nuse \
+                    self::inner::X;\nlet y = super::balance::acquire::<u8>();\nmod nested {\n    use super::Y;\n}";
+        let got = named(&["routing", "coalesce"], text);
+        let want = [
+            "routing::proxy",
+            "routing::proxy::Sent",
+            "routing::retry",
+            "pool::Endpoint",
+            "routing::coalesce::inner::X",
+            "routing::balance::acquire",
+            "routing::coalesce::Y",
+        ];
+        assert_eq!(got, want.map(String::from).into());
+        assert!(named(&[], "use super::x;").is_empty(), "above the root");
+    }
+
+    #[test]
+    fn test_code_comments_and_literals_are_not_dependencies() {
         let text = "use crate::a::X;\n// see crate::b\n#[cfg(test)]\nmod tests {\n    use crate::c::Y;\n    fn f() \
-                    {}\n}\nuse crate::d::Z;";
-        assert_eq!(referenced_modules(&strip_tests(&strip_comments(text))), ["a", "d"].map(String::from).into());
+                    {}\n}\nuse crate::d::Z; /* crate::e */ let s = \"crate::f\"; let r = r#\"super::g\"#;\nlet c = \
+                    '{';\n#[cfg(test)]\nfn g() { let _ = crate::h; }\nfn k<'a>(x: &'a str) -> crate::i::I { \
+                    todo!() }";
+        assert_eq!(named(&[], text), ["a::X", "d::Z", "i::I"].map(String::from).into());
     }
 
     #[test]
     fn a_cycle_is_reported_with_its_files_and_layers_are_not() {
-        let src = tree(&[
-            ("lib.rs", "mod a; mod b; mod c;"),
-            ("a.rs", "use crate::b::B;"),
-            ("b/mod.rs", "mod inner;\n#[cfg(test)]\nmod tests;"),
-            ("b/inner.rs", "use crate::c::C;"),
-            ("b/tests.rs", "use crate::a::A;"),
-            ("c.rs", ""),
-        ]);
+        let src = tree(
+            "top",
+            &[
+                ("lib.rs", "mod a; mod b; mod c;"),
+                ("a.rs", "use crate::b::B;"),
+                ("b/mod.rs", "mod inner;\n#[cfg(test)]\nmod tests;"),
+                ("b/inner.rs", "use crate::c::C;"),
+                ("b/tests.rs", "use crate::a::A;"),
+                ("c.rs", ""),
+            ],
+        );
         assert!(cycles(&src).is_empty(), "{:?}", edges(&src));
         std::fs::write(src.join("c.rs"), "pub fn f() -> crate::a::A { A::default() }").unwrap();
         let bad = cycles(&src);
-        let names: Vec<_> = bad.iter().map(|e| (e.from.as_str(), e.to.as_str())).collect();
-        assert_eq!(names, [("a", "b"), ("b", "c"), ("c", "a")]);
+        assert_eq!(pairs(&bad), [("a", "b"), ("b", "c"), ("c", "a")]);
         assert!(bad[1].file.ends_with("b/inner.rs"));
+    }
+
+    #[test]
+    fn a_nested_cycle_through_super_is_reported() {
+        let src = tree(
+            "super",
+            &[
+                ("lib.rs", "mod routing;"),
+                ("routing/mod.rs", "mod coalesce; mod proxy;\npub use proxy::forward;"),
+                ("routing/coalesce.rs", "mod tests;\nuse super::proxy::{self, Attempt};"),
+                ("routing/coalesce/tests.rs", ""),
+                ("routing/proxy.rs", "use super::coalesce::{self, Single};\nuse super::super::routing::Ok;"),
+            ],
+        );
+        let bad = cycles(&src);
+        assert_eq!(pairs(&bad), [("routing::coalesce", "routing::proxy"), ("routing::proxy", "routing::coalesce")]);
+        assert!(bad[0].file.ends_with("routing/coalesce.rs"));
+        assert!(bad[1].file.ends_with("routing/proxy.rs"));
+    }
+
+    #[test]
+    fn a_nested_cycle_through_crate_paths_is_reported_where_the_modules_part() {
+        let src = tree(
+            "crate",
+            &[
+                ("main.rs", "mod pool; mod http;"),
+                ("http.rs", "use crate::pool::Pool;"),
+                ("pool/mod.rs", "mod endpoint; mod stats; mod outcome;"),
+                ("pool/endpoint.rs", "mod conn;"),
+                ("pool/endpoint/conn.rs", "fn f(s: crate::pool::stats::Stats) {}"),
+                ("pool/stats.rs", "use crate::{pool::{outcome::Outcome, endpoint::Endpoint as E}, http};"),
+                ("pool/outcome.rs", ""),
+            ],
+        );
+        let bad = cycles(&src);
+        let want =
+            [("http", "pool"), ("pool", "http"), ("pool::endpoint", "pool::stats"), ("pool::stats", "pool::endpoint")];
+        assert_eq!(pairs(&bad), want);
+        assert!(bad[2].file.ends_with("pool/endpoint/conn.rs"));
+        assert!(bad[3].file.ends_with("pool/stats.rs"));
+    }
+
+    #[test]
+    fn a_name_the_parent_imports_stands_for_the_sibling_it_comes_from() {
+        let src = tree(
+            "imports",
+            &[
+                ("lib.rs", "mod routing;"),
+                ("routing/mod.rs", "mod coalesce; mod proxy;\npub(crate) use proxy::{forward, Cost as Price};"),
+                ("routing/coalesce.rs", "use super::Price;"),
+                ("routing/proxy.rs", "fn f() { super::coalesce::g() }\nuse super::forward;"),
+            ],
+        );
+        assert_eq!(
+            pairs(&cycles(&src)),
+            [("routing::coalesce", "routing::proxy"), ("routing::proxy", "routing::coalesce")]
+        );
+    }
+
+    #[test]
+    fn a_nested_layered_tree_is_not_reported() {
+        let src = tree(
+            "layered",
+            &[
+                ("lib.rs", "mod routing; mod pool;"),
+                ("pool.rs", "mod endpoint; mod outcome;"),
+                ("pool/endpoint.rs", "use super::outcome::Outcome;\nuse crate::pool::outcome;"),
+                ("pool/outcome.rs", "#[cfg(test)]\nmod tests {\n    use super::super::endpoint::Endpoint;\n}"),
+                ("routing/mod.rs", "mod attempt; mod coalesce; mod proxy;\nuse self::proxy::forward;"),
+                ("routing/attempt.rs", "use crate::pool::{endpoint::Endpoint, outcome};"),
+                ("routing/coalesce.rs", "use super::attempt::{self, Attempt};\n#[cfg(test)]\nmod tests;"),
+                ("routing/coalesce/tests.rs", "use super::super::proxy::forward;"),
+                ("routing/proxy.rs", "use super::{attempt::Attempt, coalesce};\nuse crate::routing::coalesce::f;"),
+            ],
+        );
+        assert!(cycles(&src).is_empty(), "{:?}", edges(&src));
+        let all = edges(&src);
+        assert_eq!(
+            pairs(&all),
+            [
+                ("pool::endpoint", "pool::outcome"),
+                ("routing", "pool"),
+                ("routing::coalesce", "routing::attempt"),
+                ("routing::proxy", "routing::attempt"),
+                ("routing::proxy", "routing::coalesce"),
+            ]
+        );
     }
 }

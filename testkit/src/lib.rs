@@ -12,7 +12,8 @@
 //!   sockets that trickle or stall, the servers' start commands;
 //! - [`Captured`]: a log sink for tests that read what was logged;
 //! - [`chart`]: the Helm chart rendered and its containers' arguments read back;
-//! - [`layers`]: the layering check (no import cycle between a crate's top-level modules).
+//! - [`layers`]: the layering check (no import cycle between sibling modules of a crate, at any
+//!   depth).
 #![forbid(unsafe_code)]
 
 mod captured;
