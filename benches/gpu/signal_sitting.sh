@@ -27,9 +27,10 @@ case ${1:?demo N, sweep or node} in
     devs=$(seq -s, 0 $((n - 1)) | sed 's/\([0-9]\+\)/cuda:\1/g')
     # Batches of 32 rows on one session: a GPU worker of ~20k queries/s, so that the load the
     # steps need stays within what one gateway and one load generator drive on this host.
+    # DEMO_WORKER_FLAGS= (set, empty): the worker's defaults. DEMO_MIN=0: from zero.
     machine | tee "$out/demo$n-summary.txt"
     DEMO_BIN_DIR=$app DEMO_OUT=$out/demo$n DEMO_MAX=$n DEMO_WORKER_DEVICES=$devs \
-      DEMO_WORKER_ARGS="--model $model ${DEMO_WORKER_FLAGS:---max-batch-rows 32 --sessions 1}" \
+      DEMO_WORKER_ARGS="--model $model ${DEMO_WORKER_FLAGS---max-batch-rows 32 --sessions 1}" \
       DEMO_STEPS="${DEMO_STEPS:-0.15 0.5 1.0 1.8 1.0 0.5}" DEMO_STEP_S=${DEMO_STEP_S:-12} DEMO_TAIL_S=${DEMO_TAIL_S:-30} \
       DEMO_PROBE_CLIENTS=${DEMO_PROBE_CLIENTS:-64} DEMO_LOADTEST_ARGS="--threads 4" \
       bash scripts/demo.sh 2>&1 | grep -v '^ *[0-9.]*s ' | tail -n 40 | tee -a "$out/demo$n-summary.txt"

@@ -143,7 +143,9 @@ pub async fn serve(
             hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let (mut routes, watch) = (routes.clone(), Arc::clone(&watch));
                 let req = watch.request(req).map(tonic::body::Body::new);
-                async move {
+                // Boxed: hyper keeps a stream's task (sized by this future) until its answer has
+                // been sent, which a peer that never reads can put off for --idle-timeout.
+                Box::pin(async move {
                     let within = call_deadline(req.headers(), timeout);
                     let answer = match tokio::time::timeout(within, routes.call(req)).await {
                         Ok(Ok(answer)) => answer,
@@ -154,8 +156,8 @@ pub async fn serve(
                         ))
                         .into_http(),
                     };
-                    Ok::<_, Infallible>(watch.answer(answer))
-                }
+                    Ok::<_, Infallible>(watch.answer(listener::h2::compact(answer)))
+                })
             })
         };
         let conn = builder.serve_connection(io, svc);

@@ -136,7 +136,7 @@ impl Calls {
         }
         let mut routes = self.routes.clone();
         match routes.call(req.map(Body::new)).await {
-            Ok(r) => r,
+            Ok(r) => listener::h2::compact(r).map(Body::new),
             Err(never) => match never {},
         }
     }

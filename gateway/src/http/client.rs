@@ -3,6 +3,7 @@
 //! anything else is 404) through a router.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
@@ -27,7 +28,7 @@ fn router(state: AppState) -> Router {
 }
 
 /// Answer one request of the client port.
-async fn handle<B>(state: &AppState, router: Router, req: Request<B>) -> Response
+async fn handle<B>(state: &AppState, router: &Router, req: Request<B>) -> Response
 where
     B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + std::fmt::Display,
@@ -39,7 +40,7 @@ where
             let pool = pool.as_deref().unwrap_or(state.default_pool());
             predict::handle_to(state, pool, Target::Oip(&path), req).await
         }
-        None => match router.oneshot(req.map(Body::new)).await {
+        None => match router.clone().oneshot(req.map(Body::new)).await {
             Ok(r) => r,
             Err(e) => match e {},
         },
@@ -55,11 +56,14 @@ pub(crate) async fn serve(
     let server = listener::Server::new(tcp, state.listener_config(), state.client_listener.clone())
         .with_bodies(state.body_reader.clone());
     let state = AppState { bodies: Some(server.bodies()), ..state };
-    let router = router(state.clone());
     let panics = state.panics.clone();
+    // One reference count a request, not one for each of the state's shared parts (some forty:
+    // every metric handle is one): under load on many threads each of those lines moved between
+    // cores on every request.
+    let shared = Arc::new((router(state.clone()), state));
     let handler = move |req| {
-        let (state, router) = (state.clone(), router.clone());
-        async move { handle(&state, router, req).await }
+        let shared = Arc::clone(&shared);
+        async move { handle(&shared.1, &shared.0, req).await }
     };
     serving::serve(server, handler, panics, shutdown).await
 }
@@ -77,7 +81,7 @@ mod tests {
 
     async fn call(state: &AppState, method: &str, uri: &str) -> (StatusCode, serde_json::Value) {
         let req = Request::builder().method(method).uri(uri).body(Body::empty()).unwrap();
-        let resp = handle(state, router(state.clone()), req).await;
+        let resp = handle(state, &router(state.clone()), req).await;
         let status = resp.status();
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))

@@ -145,7 +145,14 @@ async fn forward(state: &AppState, pool: &str, inc: &ClientRequest<'_>) -> Resul
     if let Some(p) = &found {
         p.offer(inc.cost.queries);
     }
-    let _admitted = state.admission.admit(inc.cost)?;
+    // A pool at zero takes no admission: what it holds while a worker starts is bounded by its
+    // hold (--cold-start-hold-requests and -bytes, 503 `unavailable` beyond), and the admission
+    // bounds, sized from ready workers' capacity, are only their floors then: a burst to an
+    // empty pool larger than --max-outstanding was answered 429 while the hold had room.
+    let _admitted = match &found {
+        Some(p) if p.holds() => None,
+        _ => Some(state.admission.admit(inc.cost)?),
+    };
     let Some(pool) = found else {
         let e = RequestError::UnknownPool(pool.to_owned());
         state.admission.answered_early(&e);

@@ -228,6 +228,11 @@ impl Pool {
         self.endpoints.load().iter().all(|e| matches!(e.health(), Health::Probing | Health::NotReady))
     }
 
+    /// Whether the pool's requests are held now: it is at zero and `--cold-start-hold` is on.
+    pub(crate) fn holds(&self) -> bool {
+        !self.ctx.config.cold_start_hold.is_zero() && self.at_zero()
+    }
+
     /// A place for a request of `bytes` body bytes among those held while the pool is at zero,
     /// unless the pool holds `--cold-start-hold-requests` or `--cold-start-hold-bytes` already.
     pub(crate) fn hold(&self, bytes: u64) -> Option<Held<'_>> {

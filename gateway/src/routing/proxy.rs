@@ -35,7 +35,7 @@ pub(crate) async fn forward(pool: &Pool, req: &ClientRequest<'_>) -> Result<Answ
     // A pool at zero: the request is held for a worker to start (`--cold-start-hold`), within
     // the pool's hold bounds, and its deadline starts once a worker is found.
     let mut held = None;
-    if !cfg.cold_start_hold.is_zero() && pool.at_zero() {
+    if pool.holds() {
         held = pool.hold(req.body.len() as u64);
         wait = if held.is_some() { cfg.cold_start_hold } else { Duration::ZERO };
     }

@@ -15,8 +15,11 @@
 //!   budget as HTTP/1 bodies (`--max-buffered-body-bytes`), the whole body within
 //!   `--body-read-timeout`; past any, the call is answered its gRPC status, the connection's
 //!   other calls go on.
+//! - [`compact`]: an answer made by tonic held as the bytes it sends, not as tonic's encoder
+//!   and its 8 KiB buffer, while the peer leaves it unread.
 
 mod body;
+mod compact;
 mod watch;
 
 use std::io;
@@ -34,6 +37,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 pub use body::CallBody;
+pub use compact::{Compact, compact};
 pub use watch::{AnswerBody, Watch, WatchedIo};
 
 use crate::args::Config;
