@@ -111,7 +111,7 @@ pub(crate) async fn serve_on(
         routes: Routes::new(infer).add_service(scaler),
         max_message: max,
         call_tasks: cfg.grpc_call_tasks,
-        panics: state.panics().clone(),
+        panics: Arc::new(state.panics().clone()),
         limits,
     });
     // Each connection holds a receiver: told to finish at shutdown, and waited for.
