@@ -62,7 +62,7 @@ fn predict(i: usize) -> Vec<u8> {
     format!("GET /predict?query=q{i} HTTP/1.1\r\nhost: gw\r\n\r\n").into_bytes()
 }
 
-/// The value of the unlabelled series `name` in `/metrics` of the admin port.
+/// The value of the series `name` (with its labels, if any) in `/metrics` of the admin port.
 async fn metric(gw: &Server, name: &str) -> f64 {
     let admin = gw.announced("admin", Duration::from_secs(5)).await.expect("an admin port");
     let answer = testkit::http::get(&testkit::http::client(), &format!("{admin}/metrics")).await;
@@ -175,6 +175,31 @@ async fn the_connection_cap_is_the_processs_not_one_per_core() {
         let (status, body) = read_answer(&mut s, &mut Vec::new()).await.expect("the busy requests are answered");
         assert_eq!(status, 200, "{body}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cores_connections_time_out() {
+    let w = FakeWorker::start("w").await;
+    let gw = start(&[&w], &["--idle-timeout", "300ms"]).await;
+    wait_ready(&gw).await;
+    // Sixteen keep-alive connections, spread by the kernel over both cores' sockets: one sweeper
+    // (the first core's) keeps the deadlines of all.
+    let at = addr(&gw.url);
+    let mut idle = Vec::new();
+    for i in 0..16 {
+        let mut s = TcpStream::connect(&at).await.unwrap();
+        s.write_all(&predict(i)).await.unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(read_answer(&mut s, &mut buf).await.expect("answered").0, 200);
+        idle.push((s, buf));
+    }
+    for (mut s, mut buf) in idle {
+        let closed = tokio::time::timeout(Duration::from_secs(5), read_answer(&mut s, &mut buf)).await;
+        assert!(matches!(closed, Ok(None)), "an idle connection is closed at its timeout");
+    }
+    let idle_timeouts = metric(&gw, r#"gateway_connections_timed_out_total{timeout="idle"}"#).await;
+    // The readiness poll's connection may have timed out too.
+    assert!(idle_timeouts >= 16.0, "{idle_timeouts}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
