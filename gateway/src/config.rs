@@ -50,6 +50,16 @@ mod heading {
     pub const LOGGING: &str = "Logging";
 }
 
+/// How the gateway's tasks are run (`--runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Runtime {
+    /// One multi-threaded (work-stealing) runtime of `--runtime-threads` threads for everything.
+    Shared,
+    /// `--runtime-threads` threads, each a single-threaded runtime serving the client and gRPC
+    /// ports on a socket of its own (`SO_REUSEPORT`), and one more thread for the control plane.
+    PerCore,
+}
+
 /// The gateway: p2c balancing over GPU workers, discovery, and the pool scaling signal.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "gateway", version, about)]
@@ -292,7 +302,8 @@ pub struct Config {
     #[arg(long, env = "GATEWAY_RTT_DECAY", default_value = "10s", value_parser = parse_duration, help_heading = heading::ROUTING)]
     pub rtt_decay: Duration,
 
-    /// Idle keep-alive connections kept per worker. The default is `--max-outstanding`'s: a cap
+    /// Idle keep-alive connections kept per worker (`--runtime per-core`: per worker and
+    /// thread, each thread keeping its own). The default is `--max-outstanding`'s: a cap
     /// below the concurrency the gateway admits closes connections after every burst that the
     /// next burst must open again, so a busy worker sees connections opened every second.
     /// (`GATEWAY_POOL_MAX_IDLE`, its variable before it was named as the flag, is still read.)
@@ -320,9 +331,20 @@ pub struct Config {
     /// Runtime worker threads; 0 = the CPUs this process may run on (its affinity mask, e.g.
     /// under `taskset` or a cgroup cpuset). With one thread the gateway runs a single-threaded
     /// runtime: a work-stealing runtime gains nothing on one core and costs cross-thread wakeups.
+    /// With `--runtime per-core`: the data-plane threads, each a single-threaded runtime.
     /// Named as the worker's `--runtime-threads`; was `--threads` (`GATEWAY_THREADS`, still read).
     #[arg(long = "runtime-threads", alias = "threads", env = "GATEWAY_RUNTIME_THREADS", default_value_t = 0, help_heading = heading::RUNTIME)]
     pub threads: usize,
+
+    /// How the threads run: `shared`, one work-stealing runtime for everything; `per-core`,
+    /// each of the `--runtime-threads` threads a single-threaded runtime with its own listening
+    /// socket of the client and gRPC ports (`SO_REUSEPORT`: the kernel spreads connections over
+    /// them), sharing no task with the others, as nginx's workers; discovery, the worker
+    /// monitors, the signal, the admin port and the metrics API run on one more thread. A
+    /// connection is served by one thread from its accept to its close. The connection caps and
+    /// the body budget stay the process's.
+    #[arg(long, env = "GATEWAY_RUNTIME", value_enum, default_value_t = Runtime::Shared, help_heading = heading::RUNTIME)]
+    pub runtime: Runtime,
 
     /// Log filter (`tracing` env-filter syntax); `RUST_LOG` is read when neither the flag nor
     /// `GATEWAY_LOG` is set.
@@ -350,6 +372,15 @@ impl Config {
             return self.threads;
         }
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    }
+
+    /// Idle-connection stacks of each worker's upstream: one for the shared runtime; one a
+    /// data-plane core and one for every other thread in the per-core runtime.
+    pub(crate) fn upstream_slots(&self) -> usize {
+        match self.runtime {
+            Runtime::Shared => 1,
+            Runtime::PerCore => self.runtime_threads() + 1,
+        }
     }
 
     /// A configuration with every default and no workers, for tests.

@@ -12,10 +12,13 @@
 //! retry budget) -> `pool` (pools, workers, their health, the monitor, the outcome policy) ->
 //! `upstream` (the HTTP/1.1 client for workers). `signal` (pure signal and its task) reads
 //! `pool`; `discovery` feeds it; `provider` serves the pools to the external metrics API (the
-//! `metrics-api` crate). `error`, `config`, `metrics`, `ctx` and `task` are shared.
+//! `metrics-api` crate). `error`, `config`, `metrics`, `ctx`, `task` and `runtime` (which
+//! data-plane core a thread is) are shared. `cores` runs all of it on one single-threaded
+//! runtime per core (`--runtime per-core`); [`run`] on one shared runtime.
 #![forbid(unsafe_code)]
 
 mod config;
+mod cores;
 mod ctx;
 mod discovery;
 mod error;
@@ -25,6 +28,7 @@ mod metrics;
 mod pool;
 mod provider;
 mod routing;
+mod runtime;
 mod signal;
 mod task;
 mod upstream;
@@ -34,7 +38,8 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-pub use config::{Config, RENAMED_ENV};
+pub use config::{Config, RENAMED_ENV, Runtime};
+pub use cores::run_per_core;
 pub use error::StartError;
 pub use pool::{Health, Pool, PoolMeta, Pools, WorkerStatus};
 pub use signal::{PoolSignal, RawSignal};
@@ -136,21 +141,13 @@ async fn bind(addr: std::net::SocketAddr, what: &str) -> Result<TcpListener, Sta
     Ok(listener)
 }
 
-/// Run the gateway until SIGTERM or Ctrl-C, then finish the requests in flight.
-///
-/// Every listener is bound before the client listener's `listening on` line is printed, so that
-/// whoever waits for that line finds the others' lines already there.
-pub async fn run(config: Config) -> Result<(), StartError> {
-    let (listen, admin_listen) = (config.listen, config.admin_listen);
-    // Before any port is announced (see `listener::stop_signal`).
-    let stop = listener::stop_signal();
-    let stop = async {
-        let signal = stop.await;
-        tracing::info!(signal, "shutting down: finishing requests in flight");
-    };
-    let gateway = build(config).await?;
-
-    // Operators: until the process ends (a scrape during the drain still answers).
+/// Serve operators on `admin_listen` and, if on, the external metrics API, both announced,
+/// until the process ends (a scrape during the drain still answers); the API serves while what
+/// this returns is held.
+async fn serve_operators(
+    gateway: &Gateway,
+    admin_listen: std::net::SocketAddr,
+) -> Result<Option<metrics_api::MetricsApi>, StartError> {
     let admin = bind(admin_listen, "admin listening on").await?;
     let g = gateway.clone();
     tokio::spawn(async move {
@@ -166,6 +163,24 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     if let Some(api) = &api {
         println!("metrics API listening on https://{}", api.addr);
     }
+    Ok(api)
+}
+
+/// Run the gateway until SIGTERM or Ctrl-C, then finish the requests in flight.
+///
+/// Every listener is bound before the client listener's `listening on` line is printed, so that
+/// whoever waits for that line finds the others' lines already there.
+pub async fn run(config: Config) -> Result<(), StartError> {
+    let (listen, admin_listen) = (config.listen, config.admin_listen);
+    // Before any port is announced (see `listener::stop_signal`).
+    let stop = listener::stop_signal();
+    let stop = async {
+        let signal = stop.await;
+        tracing::info!(signal, "shutting down: finishing requests in flight");
+    };
+    let gateway = build(config).await?;
+    let _api = serve_operators(&gateway, admin_listen).await?;
+    let ctx = gateway.pools().ctx();
 
     // gRPC (off unless --grpc-listen): bound and announced before the client port; stops with it.
     let (grpc_stop, grpc_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -13,6 +13,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     let config = gateway::Config::parse_from(cli::args_with_renamed_env(gateway::RENAMED_ENV));
     cli::log::init(&config.log, config.log_json)?;
+    if config.runtime == gateway::Runtime::PerCore {
+        return gateway::run_per_core(config).context("gateway failed");
+    }
     let threads = config.runtime_threads();
     let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()

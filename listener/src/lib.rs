@@ -64,7 +64,7 @@ pub use args::{
     DEFAULT_MAX_BUFFERED_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, EnvNames, GatewayEnv, ListenerArgs, MAX_HEAD_BYTES,
     MAX_HEADERS, MAX_URI_BYTES, WorkerEnv, parse_duration,
 };
-pub use bind::{BACKLOG, bind};
+pub use bind::{BACKLOG, bind, bind_shared};
 pub use body::{BodyReader, LARGE_BODY_BYTES};
 pub use error::Error;
 pub use io::{LINGER_BYTES, LINGER_TIME};

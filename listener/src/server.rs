@@ -73,6 +73,10 @@ fn refusal_slots(cap: usize) -> usize {
 
 /// The client listener: a bound socket and its limits. Build it with [`Server::new`], hand
 /// [`Server::bodies`] to the handlers, then [`Server::serve`].
+///
+/// Several servers may share one set of limits ([`Server::sibling`]): one a core, each with its
+/// own socket (`bind_shared`) and runtime, and the cap, the per-address cap and its registry,
+/// the refusals, the metrics and the body budget the process's, as with one server.
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
@@ -81,6 +85,11 @@ pub struct Server {
     permits: Arc<Semaphore>,
     refusals: Arc<Semaphore>,
     bodies: BodyReader,
+    /// Newcomers that made room at the cap and whose wait for it is not queued yet.
+    room_waiters: Arc<AtomicUsize>,
+    /// Runs the sweeper of the clock and the registry: the first server of a group, not its
+    /// siblings (one sweep of the shared registry a tick, not one a core).
+    sweeps: bool,
 }
 
 impl Server {
@@ -129,6 +138,37 @@ impl Server {
             config,
             shared,
             bodies,
+            room_waiters: Arc::new(AtomicUsize::new(0)),
+            sweeps: true,
+        }
+    }
+
+    /// A server for `listener` (another socket of the same address, `bind_shared`, served by
+    /// another runtime) under the same limits as this one: the connection cap, the per-address
+    /// cap and its registry (so making room at the cap takes from every sibling's connections),
+    /// the refusal slots, the metrics and the body budget are shared, not multiplied. Its own:
+    /// the socket, hyper's settings and the reference its connections hold. The coarse clock and
+    /// its sweeper are this server's (the first's): the sweeper walks the shared registry, so one
+    /// is enough for the group; serve this one as long as any sibling serves.
+    pub fn sibling(&self, listener: TcpListener) -> Self {
+        let s = &self.shared;
+        let shared = Arc::new(Shared {
+            http: s.http.clone(),
+            deadlines: s.deadlines,
+            registry: Arc::clone(&s.registry),
+            timeouts: TimeoutCounters::new(&s.metrics),
+            metrics: s.metrics.clone(),
+            clock: Arc::clone(&s.clock),
+        });
+        Self {
+            listener,
+            config: self.config.clone(),
+            shared,
+            permits: Arc::clone(&self.permits),
+            refusals: Arc::clone(&self.refusals),
+            bodies: self.bodies.clone(),
+            room_waiters: Arc::clone(&self.room_waiters),
+            sweeps: false,
         }
     }
 
@@ -164,8 +204,8 @@ impl Server {
         B: Body<Data = Bytes> + From<Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
     {
-        let Self { listener, config, shared, permits, refusals, .. } = self;
-        let sweeper = AbortOnDrop(tokio::spawn(sweep(Arc::clone(&shared))));
+        let Self { listener, config, shared, permits, refusals, room_waiters, sweeps, .. } = self;
+        let sweeper = sweeps.then(|| AbortOnDrop(tokio::spawn(sweep(Arc::clone(&shared)))));
         let admit = Admit {
             shared,
             permits,
@@ -179,7 +219,7 @@ impl Server {
             } else {
                 usize::MAX
             },
-            room_waiters: Arc::new(AtomicUsize::new(0)),
+            room_waiters,
         };
         let mut shutdown = pin!(shutdown);
         let mut backoff = Backoff::default();
@@ -439,6 +479,53 @@ mod tests {
         assert_eq!(seq, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
         b.reset();
         assert_eq!(b.next(), Backoff::FIRST);
+    }
+
+    #[tokio::test]
+    async fn siblings_share_one_connection_cap() {
+        use http_body_util::Full;
+        let (a, b) = (TcpListener::bind("127.0.0.1:0").await.unwrap(), TcpListener::bind("127.0.0.1:0").await.unwrap());
+        let (at_a, at_b) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        let metrics = Metrics::default();
+        let cfg = Config { max_connections: 2, max_connections_per_address: 2, ..Config::default() };
+        let first = Server::new(a, cfg, metrics.clone());
+        let second = first.sibling(b);
+        // Requests held until the test ends: their connections cannot be closed to make room.
+        let (held, hold) = (Arc::new(AtomicUsize::new(0)), Arc::new(tokio::sync::Notify::new()));
+        let svc = {
+            let (held, hold) = (Arc::clone(&held), Arc::clone(&hold));
+            hyper::service::service_fn(move |_req: Request<Incoming>| {
+                let (held, hold) = (Arc::clone(&held), Arc::clone(&hold));
+                async move {
+                    held.fetch_add(1, Ordering::SeqCst);
+                    hold.notified().await;
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::new())))
+                }
+            })
+        };
+        let serving = [
+            AbortOnDrop(tokio::spawn(first.serve(svc.clone(), std::future::pending()))),
+            AbortOnDrop(tokio::spawn(second.serve(svc, std::future::pending()))),
+        ];
+        let request = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+        let mut busy = Vec::new();
+        for at in [at_a, at_b] {
+            let mut s = TcpStream::connect(at).await.unwrap();
+            s.write_all(request).await.unwrap();
+            busy.push(s);
+        }
+        while held.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(metrics.connections_open(), 2);
+        // A third, on either socket: past the pair's cap, answered 503.
+        let mut late = TcpStream::connect(at_b).await.unwrap();
+        late.write_all(request).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), late.read_to_end(&mut answer)).await;
+        assert!(answer.starts_with(b"HTTP/1.1 503"), "{}", String::from_utf8_lossy(&answer));
+        assert_eq!((metrics.connections_refused(), metrics.connections_open()), (1, 2));
+        drop(serving);
     }
 
     #[test]

@@ -76,9 +76,29 @@ pub(crate) async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StartError> {
+    let tls = tls_config(&state.pools.ctx().config)?;
+    serve_on(incoming(tcp, &state), tls, state, shutdown).await;
+    Ok(())
+}
+
+/// The gRPC port's accept loop on `tcp`, under the client port's flags (each port its own
+/// connections). The per-core runtime makes one, then a sibling of it for each other core's
+/// socket (`listener::h2::Listener::sibling`: the caps stay the process's).
+pub(crate) fn incoming(tcp: TcpListener, state: &AppState) -> listener::h2::Listener {
+    listener::h2::Listener::new(tcp, &state.listener_config(), state.grpc_listener().clone())
+}
+
+/// Serve both services on `incoming`'s connections (with `tls`, [`tls_config`]'s) until
+/// `shutdown` resolves, then finish the calls in flight.
+pub(crate) async fn serve_on(
+    mut incoming: listener::h2::Listener,
+    tls: Option<Arc<ServerConfig>>,
+    state: AppState,
+    shutdown: impl Future<Output = ()>,
+) {
     let cfg = &state.pools.ctx().config;
     let max = cfg.max_body_bytes;
-    let tls = tls_config(cfg)?.map(TlsAcceptor::from);
+    let tls = tls.map(TlsAcceptor::from);
     let infer = GrpcInferenceServiceServer::new(infer::Service(state.clone()))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max.max(4 << 20));
@@ -86,13 +106,12 @@ pub(crate) async fn serve(
     // The client port's limits: the same flags, each port its own connections.
     let listener_cfg = state.listener_config();
     let limits = listener::h2::Limits::new(&listener_cfg, state.body_reader().clone(), max, state.grpc_listener());
-    let mut incoming = listener::h2::Listener::new(tcp, &listener_cfg, state.grpc_listener().clone());
     let calls = Arc::new(server::Calls {
         infer: infer::Service(state.clone()),
         routes: Routes::new(infer).add_service(scaler),
         max_message: max,
         call_tasks: cfg.grpc_call_tasks,
-        panics: state.panics().clone(),
+        panics: Arc::new(state.panics().clone()),
         limits,
     });
     // Each connection holds a receiver: told to finish at shutdown, and waited for.
@@ -116,5 +135,4 @@ pub(crate) async fn serve(
     let _ = stop.send(());
     drop(stopping);
     stop.closed().await;
-    Ok(())
 }

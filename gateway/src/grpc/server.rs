@@ -43,8 +43,9 @@ pub(super) struct Calls {
     pub(super) max_message: usize,
     /// Each call a task of its own (`--grpc-call-tasks`), not run in its connection's task.
     pub(super) call_tasks: bool,
-    /// Where a call's panic is counted and logged (the HTTP listeners' too).
-    pub(super) panics: Panics,
+    /// Where a call's panic is counted and logged (the HTTP listeners' too); this listener's own
+    /// reference.
+    pub(super) panics: Arc<Panics>,
     /// The listener's limits (`listener::h2`): the connections' settings and deadlines, the
     /// bodies' budget.
     pub(super) limits: Limits,
@@ -115,7 +116,7 @@ async fn serve<IO>(
         let watch = Arc::clone(&watch);
         hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
             let (calls, watch) = (Arc::clone(&calls), Arc::clone(&watch));
-            let panics = calls.panics.clone();
+            let panics = Arc::clone(&calls.panics);
             Box::pin(async move {
                 let answer = Guarded::new(calls.call(watch.request(req)), panics).await;
                 Ok::<Response<AnswerBody<Body>>, Infallible>(watch.answer(answer))
@@ -204,7 +205,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_that_panics_answers_internal_and_is_counted() {
         let metrics = crate::metrics::Metrics::default();
-        let panics = Panics::new(metrics.panics.clone());
+        let panics = Arc::new(Panics::new(metrics.panics.clone()));
         let call = async {
             let calls: Vec<u8> = Vec::new();
             // An index out of bounds: a bug.

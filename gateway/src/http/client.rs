@@ -53,8 +53,23 @@ pub(crate) async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let server = listener::Server::new(tcp, state.listener_config(), state.client_listener.clone())
-        .with_bodies(state.body_reader.clone());
+    serve_on(server(tcp, &state), state, shutdown).await
+}
+
+/// The client port's listener on `tcp`: the flags' limits, the port's metrics, the process's
+/// budget of bodies held. The per-core runtime makes one, then a sibling of it for each other
+/// core's socket (`listener::Server::sibling`: the limits stay the process's).
+pub(crate) fn server(tcp: TcpListener, state: &AppState) -> listener::Server {
+    listener::Server::new(tcp, state.listener_config(), state.client_listener.clone())
+        .with_bodies(state.body_reader.clone())
+}
+
+/// Serve clients with `server` until `shutdown` resolves, then finish the requests in flight.
+pub(crate) async fn serve_on(
+    server: listener::Server,
+    state: AppState,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let state = AppState { bodies: Some(server.bodies()), ..state };
     let panics = state.panics.clone();
     // One reference count a request, not one for each of the state's shared parts (some forty:

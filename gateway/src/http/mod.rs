@@ -34,7 +34,7 @@ use http::StatusCode;
 use prometheus_client::registry::Registry;
 
 pub(crate) use admin::serve as serve_admin;
-pub(crate) use client::serve as serve_client;
+pub(crate) use client::{serve as serve_client, serve_on as serve_client_on, server as client_server};
 pub(crate) use oip::pool_ready;
 pub(crate) use panics::{Guarded, PanicAnswer, Panics};
 pub(crate) use predict::{ProtocolCall, Target, call, handle_to};

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::{Mutex, Once};
+use std::sync::{Arc, Mutex, Once};
 use std::task::{Context, Poll};
 
 use axum::response::Response;
@@ -100,16 +100,18 @@ fn message(payload: &(dyn Any + Send)) -> &str {
 }
 
 pin_project! {
-    /// A handler's future whose panic becomes its [`PanicAnswer`] (a JSON 500).
+    /// A handler's future whose panic becomes its [`PanicAnswer`] (a JSON 500). `panics` is
+    /// the server's own reference (each core's, in the per-core runtime): one count a request
+    /// on a line no other core writes, not the two shared ones of a `Panics` clone.
     pub(crate) struct Guarded<F> {
         #[pin]
         inner: F,
-        panics: Panics,
+        panics: Arc<Panics>,
     }
 }
 
 impl<F> Guarded<F> {
-    pub(crate) fn new(inner: F, panics: Panics) -> Self {
+    pub(crate) fn new(inner: F, panics: Arc<Panics>) -> Self {
         Self { inner, panics }
     }
 }
@@ -179,9 +181,9 @@ mod tests {
         let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).finish();
         let _default = tracing::subscriber::set_default(subscriber);
         let metrics = crate::metrics::Metrics::default();
-        let panics = Panics::new(metrics.panics.clone());
+        let panics = Arc::new(Panics::new(metrics.panics.clone()));
         for n in [1, 2, 3, 0, 0, 1] {
-            let resp = Guarded::new(handler(n), panics.clone()).await;
+            let resp = Guarded::new(handler(n), Arc::clone(&panics)).await;
             assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
             let body = resp.into_body().collect().await.unwrap().to_bytes();
             let e: wire::ErrorBody = serde_json::from_slice(&body).unwrap();

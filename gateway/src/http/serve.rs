@@ -5,6 +5,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 
 use axum::response::Response;
 use http::Request;
@@ -23,8 +24,9 @@ where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response> + Send + 'static,
 {
+    let panics = Arc::new(panics);
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let answer = Guarded::new(handler(req), panics.clone());
+        let answer = Guarded::new(handler(req), Arc::clone(&panics));
         async move { Ok::<_, Infallible>(answer.await) }
     });
     server.serve(svc, shutdown).await;

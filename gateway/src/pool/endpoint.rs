@@ -211,6 +211,7 @@ impl Endpoint {
         url: &str,
         rtt: Rtt,
         max_idle_connections: usize,
+        upstream_slots: usize,
         ready_notify: Arc<Notify>,
         metrics: &Metrics,
     ) -> Result<Self, String> {
@@ -227,7 +228,7 @@ impl Endpoint {
             labels: WorkerLabels { pool: pool.to_owned(), worker: url.clone() },
             pool: pool.to_owned(),
             url,
-            upstream: Upstream::new(authority, max_idle_connections, CONNECT_TIMEOUT),
+            upstream: Upstream::new(authority, max_idle_connections, CONNECT_TIMEOUT, upstream_slots),
             health: AtomicU8::new(Health::Probing as u8),
             downs: AtomicU64::new(0),
             failures: AtomicU32::new(0),

@@ -303,6 +303,7 @@ impl Pool {
                 url,
                 endpoint::Rtt::from_config(cfg),
                 cfg.pool_max_idle_per_host,
+                cfg.upstream_slots(),
                 Arc::clone(&self.ready_notify),
                 &self.ctx.metrics,
             ) {

@@ -387,7 +387,7 @@ mod tests {
                 let _ = sock.write_all(OK).await;
             }
         });
-        let u = Upstream::new(addr.to_string().parse().unwrap(), 4, Duration::from_secs(2));
+        let u = Upstream::new(addr.to_string().parse().unwrap(), 4, Duration::from_secs(2), 1);
         for _ in 0..3 {
             let a = send(&u, Outgoing::get("/predict?query=hi"), 1024).await.unwrap();
             assert_eq!(a.status, StatusCode::OK);

@@ -98,6 +98,7 @@ mod tests {
                         cap: Duration::from_secs(10),
                     },
                     4,
+                    1,
                     Arc::default(),
                     &Metrics::default(),
                 )

@@ -45,7 +45,7 @@ mod tests;
 #[cfg(test)]
 mod vs_hyper;
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -127,12 +127,24 @@ pub struct Answer {
 }
 
 /// The connections of the gateway to one worker.
+///
+/// Idle connections are kept in stacks, one per slot: with one slot (the shared runtime) every
+/// thread takes from the one stack. With more (the per-core runtime, `--runtime per-core`), a
+/// data-plane core takes only from its own (`crate::runtime::core`), and every other thread (the
+/// control plane's monitors, polling `/v1/stats`) from the last: a connection is registered with
+/// the reactor of the runtime that opened it, and polled from another runtime it would be
+/// driven by that one's reactor, or by none once it stops. `max_idle` holds per stack.
 pub struct Upstream {
     authority: Authority,
-    idle: Mutex<Vec<Idle>>,
+    idle: Box<[Stack]>,
     max_idle: usize,
     connect_timeout: Duration,
 }
+
+/// One slot's idle connections, on a cache line of its own: each core writes only its own.
+#[repr(align(128))]
+#[derive(Default)]
+struct Stack(Mutex<Vec<Idle>>);
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -146,8 +158,11 @@ struct Idle {
 }
 
 impl Upstream {
-    pub fn new(authority: Authority, max_idle: usize, connect_timeout: Duration) -> Self {
-        Self { authority, idle: Mutex::new(Vec::new()), max_idle, connect_timeout }
+    /// `slots`: 1 for the shared runtime; the data-plane cores plus one in the per-core runtime
+    /// (`Config::upstream_slots`).
+    pub fn new(authority: Authority, max_idle: usize, connect_timeout: Duration, slots: usize) -> Self {
+        let idle = (0..slots.max(1)).map(|_| Stack::default()).collect();
+        Self { authority, idle, max_idle, connect_timeout }
     }
 
     /// Send `out` on the connection `conn` asks for and read the answer, its body within `limit`
@@ -209,22 +224,37 @@ impl Upstream {
         Ok(Connection::new(stream))
     }
 
-    /// Close idle connections that the worker has closed or that have been idle for longer
-    /// than `idle_timeout`.
+    /// Close idle connections (of every slot) that the worker has closed or that have been idle
+    /// for longer than `idle_timeout`.
     pub fn prune(&self, idle_timeout: Duration) {
         let now = Instant::now();
-        self.lock().retain(|i| now.saturating_duration_since(i.since) < idle_timeout && !i.conn.closed_or_dirty());
-    }
-
-    pub fn idle_count(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
-        match self.idle.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
+        for stack in &self.idle {
+            lock(stack).retain(|i| now.saturating_duration_since(i.since) < idle_timeout && !i.conn.closed_or_dirty());
         }
+    }
+
+    /// Idle connections, of every slot.
+    pub fn idle_count(&self) -> usize {
+        self.idle.iter().map(|s| lock(s).len()).sum()
+    }
+
+    /// The slot of the calling thread: its core's in the per-core runtime (the last for any
+    /// other thread), the only one otherwise.
+    fn slot(&self) -> usize {
+        let last = self.idle.len() - 1;
+        if last == 0 { 0 } else { crate::runtime::core().min(last) }
+    }
+
+    /// The calling thread's stack.
+    fn lock(&self) -> MutexGuard<'_, Vec<Idle>> {
+        lock(&self.idle[self.slot()])
+    }
+}
+
+fn lock(stack: &Stack) -> MutexGuard<'_, Vec<Idle>> {
+    match stack.0.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
     }
 }
 
@@ -238,5 +268,5 @@ fn socket_host(authority: &Authority) -> (&str, u16) {
 /// The (read, write) buffer capacities of the idle connections.
 #[cfg(test)]
 fn idle_buffer_capacities(u: &Upstream) -> Vec<(usize, usize)> {
-    u.lock().iter().map(|i| i.conn.buffer_capacities()).collect()
+    u.idle.iter().flat_map(|s| lock(s).iter().map(|i| i.conn.buffer_capacities()).collect::<Vec<_>>()).collect()
 }

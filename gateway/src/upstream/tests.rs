@@ -70,7 +70,7 @@ async fn read_request(sock: &mut TcpStream, buf: &mut BytesMut) -> Option<String
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
 
 fn upstream(authority: Authority) -> Upstream {
-    Upstream::new(authority, 4, Duration::from_secs(2))
+    Upstream::new(authority, 4, Duration::from_secs(2), 1)
 }
 
 async fn get(u: &Upstream) -> Result<Answer, Error> {
@@ -301,4 +301,74 @@ async fn prune_drops_connections_the_worker_closed_and_old_ones() {
     assert_eq!(u.idle_count(), 1);
     u.prune(Duration::ZERO);
     assert_eq!(u.idle_count(), 0);
+}
+
+/// A thread standing for a data-plane core (`core`: its index; `None`: the control plane or any
+/// other thread), with its own single-threaded runtime for its whole life, as in the per-core
+/// runtime: each job sends that many requests through `u`.
+fn core_thread(
+    core: Option<usize>,
+    u: Arc<Upstream>,
+) -> (std::sync::mpsc::Sender<usize>, std::sync::mpsc::Receiver<()>) {
+    let (jobs, job) = std::sync::mpsc::channel::<usize>();
+    let (finished, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if let Some(core) = core {
+            crate::runtime::set_core(core);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for n in job {
+            rt.block_on(async {
+                for _ in 0..n {
+                    get(&u).await.unwrap();
+                }
+            });
+            finished.send(()).unwrap();
+        }
+    });
+    (jobs, done)
+}
+
+#[test]
+fn each_core_reuses_only_the_connections_it_opened_and_prune_covers_every_slot() {
+    // The worker on a runtime of its own, beside the cores'.
+    let worker = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let (addr, seen) = worker.block_on(scripted(vec![vec![OK; 4]; 4]));
+    // Two cores and the slot of every other thread.
+    let u = Arc::new(Upstream::new(addr, 4, Duration::from_secs(2), 3));
+    let threads =
+        [core_thread(Some(0), Arc::clone(&u)), core_thread(Some(1), Arc::clone(&u)), core_thread(None, Arc::clone(&u))];
+    let run = |t: usize, n: usize| {
+        threads[t].0.send(n).unwrap();
+        threads[t].1.recv().unwrap();
+    };
+    let connections = || seen.lock().unwrap().connections;
+    run(0, 2);
+    assert_eq!((connections(), u.idle_count()), (1, 1), "core 0 reuses its own");
+    run(1, 1);
+    assert_eq!((connections(), u.idle_count()), (2, 2), "core 1 leaves core 0's alone");
+    run(2, 1);
+    assert_eq!((connections(), u.idle_count()), (3, 3), "so does any other thread");
+    run(0, 1);
+    run(1, 1);
+    run(2, 1);
+    assert_eq!((connections(), u.idle_count()), (3, 3), "each takes its own again");
+    u.prune(Duration::ZERO);
+    assert_eq!(u.idle_count(), 0, "prune empties every slot");
+}
+
+#[test]
+fn a_thread_takes_its_cores_slot_and_any_other_the_last() {
+    let addr: Authority = "127.0.0.1:9".parse().unwrap();
+    let shared = Upstream::new(addr.clone(), 4, Duration::from_secs(2), 1);
+    let per_core = Upstream::new(addr, 4, Duration::from_secs(2), 3);
+    assert_eq!((shared.slot(), per_core.slot()), (0, 2), "no core: the last");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            crate::runtime::set_core(1);
+            assert_eq!((shared.slot(), per_core.slot()), (0, 1), "core 1: its own; one slot: the one");
+            crate::runtime::set_core(7);
+            assert_eq!(per_core.slot(), 2, "an index past the cores: the last");
+        });
+    });
 }

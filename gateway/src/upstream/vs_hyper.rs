@@ -307,7 +307,7 @@ async fn with_deadline<T>(f: impl Future<Output = T>) -> T {
 }
 
 async fn ours(addr: &str, n: usize, post: bool) -> Vec<Outcome> {
-    let upstream = Upstream::new(addr.parse().unwrap(), 4, Duration::from_secs(2));
+    let upstream = Upstream::new(addr.parse().unwrap(), 4, Duration::from_secs(2), 1);
     let ct = HeaderValue::from_static("application/json");
     let mut outcomes = Vec::new();
     for _ in 0..n {

@@ -145,6 +145,20 @@ impl Listener {
         }
     }
 
+    /// A listener for `tcp` (another socket of the same address, `bind_shared`, served by
+    /// another runtime) under the same caps as this one: the connection cap, the per-address
+    /// cap and its registry, and the metrics are shared, not multiplied.
+    pub fn sibling(&self, tcp: TcpListener) -> Self {
+        Self {
+            tcp,
+            registry: Arc::clone(&self.registry),
+            permits: Arc::clone(&self.permits),
+            per_address: self.per_address,
+            metrics: self.metrics.clone(),
+            backoff: Backoff::default(),
+        }
+    }
+
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.tcp.local_addr()
     }
@@ -320,5 +334,33 @@ mod tests {
         let _a4 = from([127, 0, 0, 2]).await.unwrap();
         let c4 = tokio::time::timeout(Duration::from_secs(5), l.accept()).await.expect("a freed place is taken");
         assert_eq!(c4.peer_addr().ip(), std::net::IpAddr::from([127, 0, 0, 2]));
+    }
+
+    #[tokio::test]
+    async fn siblings_share_the_caps() {
+        let (tcp_a, tcp_b) =
+            (TcpListener::bind("127.0.0.1:0").await.unwrap(), TcpListener::bind("127.0.0.1:0").await.unwrap());
+        let (addr_a, addr_b) = (tcp_a.local_addr().unwrap(), tcp_b.local_addr().unwrap());
+        let cfg = Config { max_connections: 2, max_connections_per_address: 2, ..Config::default() };
+        let metrics = Metrics::default();
+        let mut a = Listener::new(tcp_a, &cfg, metrics.clone());
+        let mut b = a.sibling(tcp_b);
+        let from = |ip: [u8; 4], to: SocketAddr| {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind(SocketAddr::from((ip, 0))).unwrap();
+            s.connect(to)
+        };
+        let _ca = from([127, 0, 0, 2], addr_a).await.unwrap();
+        let _a1 = a.accept().await;
+        let _cb = from([127, 0, 0, 3], addr_b).await.unwrap();
+        let _b1 = b.accept().await;
+        assert_eq!(metrics.connections_open(), 2);
+        // The cap is the pair's: a third connection, from a third address, on either socket, is
+        // closed.
+        let mut late = from([127, 0, 0, 4], addr_b).await.unwrap();
+        let accepting = tokio::time::timeout(Duration::from_millis(200), b.accept()).await;
+        assert!(accepting.is_err(), "nothing past the shared cap is handed out");
+        assert!(closed(&mut late).await);
+        assert_eq!(metrics.connections_refused(), 1);
     }
 }

@@ -28,7 +28,7 @@ const RTT: Rtt =
     Rtt { default: Duration::from_millis(30), decay: Duration::from_secs(10), cap: Duration::from_secs(10) };
 
 fn ep() -> Arc<Endpoint> {
-    Arc::new(Endpoint::new("p", "http://127.0.0.1:9/", RTT, 4, Arc::default(), &Metrics::default()).unwrap())
+    Arc::new(Endpoint::new("p", "http://127.0.0.1:9/", RTT, 4, 1, Arc::default(), &Metrics::default()).unwrap())
 }
 
 #[test]
@@ -205,7 +205,7 @@ proptest::proptest! {
 fn a_retired_worker_leaves_no_series() {
     let m = Metrics::default();
     let registry = m.registry();
-    let e = Endpoint::new("p", "http://10.0.0.9:80", Rtt { default: Duration::ZERO, ..RTT }, 1, Arc::default(), &m)
+    let e = Endpoint::new("p", "http://10.0.0.9:80", Rtt { default: Duration::ZERO, ..RTT }, 1, 1, Arc::default(), &m)
         .unwrap();
     e.count_request(&m, "ok", 0.01);
     e.count_request(&m, "timeout", 0.01);

@@ -222,7 +222,7 @@ fn http_answer(status: &str, extra: &str, body: &str) -> String {
 fn endpoint(url: &str, eject_after: u32) -> (Arc<Ctx>, Arc<Endpoint>) {
     let ctx = Arc::new(Ctx::for_tests(|c| c.eject_after = eject_after));
     let ep =
-        Endpoint::new("p", url, crate::pool::Rtt::from_config(&ctx.config), 4, Arc::default(), &Metrics::default())
+        Endpoint::new("p", url, crate::pool::Rtt::from_config(&ctx.config), 4, 1, Arc::default(), &Metrics::default())
             .unwrap();
     ep.set_health(Health::Ready);
     (ctx, Arc::new(ep))
