@@ -9,6 +9,7 @@
 #
 #   benches/grpc_attacks.sh            # SECONDS_EACH=20 ROUNDS=1
 #   BIN_DIR=target/debug SECONDS_EACH=3 benches/grpc_attacks.sh   # a quick run of the script
+#   ONLY="worker unread --conns 200" ROUNDS=3 benches/grpc_attacks.sh   # the attacks matching it
 #
 # Needs ORT_DYLIB_PATH (the worker loads ONNX Runtime) and the bundled model (models/).
 set -euo pipefail
@@ -44,6 +45,8 @@ stop() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 # attack TARGET(gateway|worker) GOAL ATTACK ARGS...
 attack() {
   local target=$1 goal=$2; shift 2
+  # ONLY="worker unread --conns 200": the attacks whose "TARGET ARGS" contain it.
+  [[ -n ${ONLY:-} && "$target $*" != *"$ONLY"* ]] && return 0
   local pid addr
   if [ "$target" = gateway ]; then
     start_gateway; pid=$gateway_pid; addr=$gateway_grpc

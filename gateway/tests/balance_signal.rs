@@ -165,3 +165,32 @@ async fn a_worker_of_another_stats_schema_still_feeds_the_signal_and_its_token_q
     assert_eq!(w.reported_queue, Some(64));
     assert_eq!(w.reported_queue_tokens, Some(64 * 10 + 5));
 }
+
+#[tokio::test]
+async fn a_pool_at_zero_that_never_saw_a_capacity_asks_for_one_replica_however_many_it_holds() {
+    // No worker yet: requests are held for a cold start. Read as queue they would ask for
+    // 100 / 32 (the queue target) = 3.1 replicas; one worker is what a wake-up needs first.
+    let mut cfg = config(&[]);
+    cfg.cold_start_hold = Duration::from_secs(60);
+    let gw = TestGateway::start(cfg).await;
+    let (c, url) = (client(), format!("{}/predict", gw.url));
+    let held: Vec<_> = (0..100)
+        .map(|_| {
+            let (c, url) = (c.clone(), url.clone());
+            tokio::spawn(async move { post(&c, &url, "{}").await.status })
+        })
+        .collect();
+    let pool = gw.pool("default");
+    let mut rx = pool.signal();
+    wait_for(|| rx.borrow_and_update().held_requests == 100, "100 requests held").await;
+    // A few signal intervals with all of them held.
+    for _ in 0..5 {
+        rx.changed().await.unwrap();
+        let s = rx.borrow_and_update().clone();
+        assert!(s.signal > 0.0 && s.signal <= 1.0, "{s:?}");
+    }
+    assert_eq!(rx.borrow().held_requests, 100);
+    for h in held {
+        h.abort();
+    }
+}

@@ -133,9 +133,18 @@ impl PoolState {
             self.smoother = Smoother::new(cfg.signal_rise, cfg.signal_fall);
             self.mode = mode;
         }
-        let smoothed = self.smoother.update(raw.raw, now);
+        // A pool at zero that has never had a worker report its capacity asks for one replica,
+        // however many requests it holds: the fallback would read them as queue (held / the
+        // queue target: 128 replicas for 4,096 requests), where one GPU worker may clear them in
+        // tens of milliseconds. Once the first worker reports its capacity, the calibrated
+        // signal sizes the pool (KEDA's activation, then the HPA, work the same way). Capped
+        // before smoothing too, so that no smoothed queue reading outlives the wake-up.
+        // (Never below the workers already starting: those the scaler asked for stay.)
+        let wake = (self.capacity.is_none() && pool.at_zero()).then_some((raw.blind as f64).max(1.0));
+        let smoothed = self.smoother.update(wake.map_or(raw.raw, |w| raw.raw.min(w)), now);
         let (value, stale) = super::finish(smoothed, &raw);
         let value = super::with_active_floor(value, demand_per_s, backlog);
+        let value = wake.map_or(value, |w| value.min(w));
         let gpu_memory = workers.iter().filter_map(|w| w.memory).reduce(f64::max);
         let signal = PoolSignal {
             pool: pool.name.clone(),
