@@ -30,6 +30,14 @@ async fn start_gateway(worker: &Server, extra: &[&str]) -> (Server, String) {
     cmd.args(extra).env("RUST_LOG", "warn");
     let gw = Server::start(cmd).await;
     let grpc = gw.announced("grpc", Duration::from_secs(2)).await.expect("the gateway announces its gRPC port");
+    // Its worker ready first: until then the pool is at zero and holds calls for a cold start
+    // (no admission: the hold bounds them), which the overload test must not meet.
+    let (c, ready) = (testkit::http::client(), gw.at("/readyz"));
+    testkit::wait_until(Duration::from_secs(10), "the gateway has a ready worker", || {
+        let (c, ready) = (c.clone(), ready.clone());
+        async move { c.get(&ready).send().await.is_ok_and(|r| r.status().is_success()) }
+    })
+    .await;
     (gw, grpc)
 }
 

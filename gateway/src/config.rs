@@ -342,8 +342,10 @@ pub struct Config {
     /// them), sharing no task with the others, as nginx's workers; discovery, the worker
     /// monitors, the signal, the admin port and the metrics API run on one more thread. A
     /// connection is served by one thread from its accept to its close. The connection caps and
-    /// the body budget stay the process's.
-    #[arg(long, env = "GATEWAY_RUNTIME", value_enum, default_value_t = Runtime::Shared, help_heading = heading::RUNTIME)]
+    /// the body budget stay the process's. The default: at 4 and 8 threads it served more for
+    /// less CPU a request than `shared` (benches/RESULTS.md, "The gateway's data plane against
+    /// its cores"), level below.
+    #[arg(long, env = "GATEWAY_RUNTIME", value_enum, default_value_t = Runtime::PerCore, help_heading = heading::RUNTIME)]
     pub runtime: Runtime,
 
     /// Log filter (`tracing` env-filter syntax); `RUST_LOG` is read when neither the flag nor

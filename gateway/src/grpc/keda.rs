@@ -12,12 +12,17 @@
 //! - `StreamMetricSpec`: the spec at once (it never changes), then the stream stays open.
 //!
 //! The two streams stay open for as long as KEDA watches; at most [`MAX_STREAMS`] are open at
-//! once (RESOURCE_EXHAUSTED past it), so that a flood of them cannot take the scaler's memory.
+//! once (RESOURCE_EXHAUSTED past it), so that a flood of them cannot take the scaler's memory;
+//! and, as the listeners' per-address cap, under pressure only: once no more places are free
+//! than one address's share (a quarter), an address holding that share already is refused, so
+//! that one flooding address cannot take the last places from KEDA's own stream.
 //! A stream sends its next message only once hyper has taken the last (the peer's window had
 //! room): a peer that does not read holds one message a stream, no more.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{Stream, StreamExt, stream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -51,6 +56,33 @@ pub(crate) const MAX_STREAMS: usize = 1024;
 pub(crate) struct Scaler {
     pub(crate) pools: Arc<Pools>,
     streams: Arc<Semaphore>,
+    /// One address's share of the streams, under pressure.
+    share: usize,
+    /// Streams open by each peer address (those the listener names; none in direct calls).
+    by_address: Counts,
+}
+
+/// Streams open by each peer address.
+type Counts = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// A stream's place, and its address's count, given back when the stream is dropped.
+struct Place {
+    _permit: OwnedSemaphorePermit,
+    address: Option<(IpAddr, Counts)>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Some((ip, counts)) = &self.address {
+            let mut counts = counts.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(n) = counts.get_mut(ip) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(ip);
+                }
+            }
+        }
+    }
 }
 
 impl Scaler {
@@ -59,14 +91,34 @@ impl Scaler {
     }
 
     fn with_streams(pools: Arc<Pools>, streams: usize) -> Self {
-        Self { pools, streams: Arc::new(Semaphore::new(streams)) }
+        Self {
+            pools,
+            streams: Arc::new(Semaphore::new(streams)),
+            share: (streams / 4).max(1),
+            by_address: Arc::default(),
+        }
     }
 
-    /// A place for one more stream, held until the stream is dropped.
-    fn stream_place(&self) -> Result<OwnedSemaphorePermit, Status> {
-        Arc::clone(&self.streams).try_acquire_owned().map_err(|_| {
+    /// A place for one more stream from `peer`, held until the stream is dropped.
+    fn stream_place(&self, peer: Option<IpAddr>) -> Result<Place, Status> {
+        let mut counts = self.by_address.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(ip) = peer
+            && self.streams.available_permits() <= self.share
+            && counts.get(&ip).is_some_and(|&n| n >= self.share)
+        {
+            return Err(Status::resource_exhausted(format!(
+                "this address holds {} scaler streams and few places are left; retry later",
+                self.share
+            )));
+        }
+        let permit = Arc::clone(&self.streams).try_acquire_owned().map_err(|_| {
             Status::resource_exhausted(format!("{MAX_STREAMS} scaler streams are open already; retry later"))
-        })
+        })?;
+        let address = peer.map(|ip| {
+            *counts.entry(ip).or_default() += 1;
+            (ip, Arc::clone(&self.by_address))
+        });
+        Ok(Place { _permit: permit, address })
     }
 
     fn pool(&self, r: &ScaledObjectRef) -> Result<Arc<Pool>, Status> {
@@ -74,6 +126,11 @@ impl Scaler {
         let name = r.scaler_metadata.get("pool").filter(|p| !p.is_empty()).unwrap_or(default);
         self.pools.get(name).ok_or_else(|| Status::not_found(format!("no pool named {name:?}")))
     }
+}
+
+/// The call's peer address, as the listener put it in the call (`grpc::server`).
+fn peer<T>(req: &Request<T>) -> Option<IpAddr> {
+    req.remote_addr().map(|a| a.ip())
 }
 
 fn spec() -> GetMetricSpecResponse {
@@ -113,7 +170,7 @@ impl ExternalScaler for Scaler {
         req: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         let pool = self.pool(req.get_ref())?;
-        let place = self.stream_place()?;
+        let place = self.stream_place(peer(&req))?;
         let s = activity(pool).map(move |result| {
             let _held = &place;
             Ok(IsActiveResponse { result })
@@ -146,7 +203,7 @@ impl ExternalScaler for Scaler {
         req: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
         self.pool(req.get_ref())?;
-        let place = self.stream_place()?;
+        let place = self.stream_place(peer(&req))?;
         let s = stream::once(async { Ok(spec()) }).chain(stream::pending()).map(move |m| {
             let _held = &place;
             m
@@ -219,5 +276,33 @@ mod tests {
         assert!(s.is_active(Request::new(by("default"))).await.is_ok(), "the unary calls are not bounded");
         drop(first);
         assert!(s.stream_is_active(Request::new(by("default"))).await.is_ok(), "a place came back");
+    }
+
+    fn from(ip: &str) -> Request<ScaledObjectRef> {
+        let mut r = Request::new(by("default"));
+        let remote_addr = Some(std::net::SocketAddr::new(ip.parse().unwrap(), 40000));
+        r.extensions_mut().insert(tonic::transport::server::TcpConnectInfo { local_addr: None, remote_addr });
+        r
+    }
+
+    #[tokio::test]
+    async fn under_pressure_one_address_cannot_take_the_last_places() {
+        let pools = Pools::new(Arc::new(Ctx::for_tests(|_| {})), Default::default());
+        pools.ensure("default");
+        // 8 places, a share of 2: one address may hold 6 while more than 2 are free.
+        let s = Scaler::with_streams(pools, 8);
+        let mut flood = Vec::new();
+        for _ in 0..6 {
+            flood.push(s.stream_is_active(from("10.0.0.9")).await.unwrap().into_inner());
+        }
+        let e = s.stream_is_active(from("10.0.0.9")).await.err().expect("the flooding address is refused");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        // KEDA, from another address, still gets the places left.
+        let keda = [s.stream_is_active(from("10.0.0.1")).await, s.stream_is_active(from("10.0.0.1")).await];
+        assert!(keda.iter().all(Result::is_ok));
+        // The flood's streams end: its address's count goes with them.
+        drop(flood);
+        assert!(s.by_address.lock().unwrap().get(&"10.0.0.9".parse::<IpAddr>().unwrap()).is_none());
+        assert!(s.stream_is_active(from("10.0.0.9")).await.is_ok());
     }
 }

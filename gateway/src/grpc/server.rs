@@ -9,6 +9,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use tonic::Status;
 use tonic::body::Body;
 use tonic::metadata::MetadataMap;
 use tonic::service::Routes;
+use tonic::transport::server::TcpConnectInfo;
 use tower::Service as _;
 
 use super::infer::{self, X_REQUEST_ID};
@@ -34,6 +36,8 @@ use crate::http::{Guarded, PanicAnswer, Panics};
 
 /// The path of `ModelInfer`.
 const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+/// The paths of KEDA's external scaler.
+const KEDA_PREFIX: &str = "/externalscaler.ExternalScaler/";
 
 /// What a connection's calls share.
 pub(super) struct Calls {
@@ -78,8 +82,9 @@ pub(super) async fn connection(
 ) {
     let mut stop = pin!(stop);
     let watch = calls.limits.watch(conn.accepted_at());
+    let peer = conn.peer_addr();
     match tls {
-        None => serve(watch.io(conn), watch, calls, stop).await,
+        None => serve(watch.io(conn), watch, peer, calls, stop).await,
         Some(tls) => {
             // Within the preface's deadline, which counts from the accept.
             let handshake = tokio::time::timeout_at(watch.preface_deadline(), tls.accept(conn));
@@ -91,7 +96,7 @@ pub(super) async fn connection(
                 },
                 () = &mut stop => return,
             };
-            serve(watch.io(conn), watch, calls, stop).await;
+            serve(watch.io(conn), watch, peer, calls, stop).await;
         }
     }
 }
@@ -99,6 +104,7 @@ pub(super) async fn connection(
 async fn serve<IO>(
     io: listener::h2::WatchedIo<IO>,
     watch: listener::h2::Watch,
+    peer: SocketAddr,
     calls: Arc<Calls>,
     stop: Pin<&mut impl Future<Output = ()>>,
 ) where
@@ -114,7 +120,12 @@ async fn serve<IO>(
     let watch = Arc::new(watch);
     let svc = {
         let watch = Arc::clone(&watch);
-        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+        hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+            // KEDA's streams are bounded per address too (`keda`): its calls learn their peer
+            // as tonic's own transport tells it. Not the others: an insert allocates.
+            if req.uri().path().starts_with(KEDA_PREFIX) {
+                req.extensions_mut().insert(TcpConnectInfo { local_addr: None, remote_addr: Some(peer) });
+            }
             let (calls, watch) = (Arc::clone(&calls), Arc::clone(&watch));
             let panics = Arc::clone(&calls.panics);
             Box::pin(async move {
