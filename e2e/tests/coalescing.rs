@@ -27,11 +27,7 @@ use tokio::process::Command;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn fake_worker() -> Server {
-    let mut cmd = Command::new(testkit::bin("examples/fake_worker"));
-    cmd.arg("--listen").arg("127.0.0.1:0").arg("--model").arg(testkit::model_dir());
-    cmd.args(["--batch-base-time", "20ms", "--calibration-time", "0s"]);
-    cmd.env("RUST_LOG", "warn");
-    Server::start(cmd).await
+    Server::fake_worker(&["--batch-base-time", "20ms", "--calibration-time", "0s"]).await
 }
 
 /// A gateway in front of `workers`, merging from `after` exchanges in flight per worker.

@@ -45,10 +45,7 @@ async fn one_host_with_6000_keep_alive_connections_is_served_while_the_listener_
     let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
     // The gateway allows half its file limit as connections (it raises its own to the hard one).
     assert!(soft >= 2 * CONNECTIONS as u64 + 1_000, "this host's open-file limit {soft} is too low for the case");
-    let mut cmd = Command::new(testkit::bin("examples/fake_worker"));
-    cmd.arg("--listen").arg("127.0.0.1:0").arg("--model").arg(testkit::model_dir());
-    cmd.args(["--calibration-time", "0s"]).env("RUST_LOG", "warn");
-    let worker = Server::start(cmd).await;
+    let worker = Server::fake_worker(&["--calibration-time", "0s"]).await;
     let mut cmd = Command::new(testkit::bin("gateway"));
     cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--stats-interval", "100ms"]);
     cmd.arg("--worker").arg(&worker.url).env("RUST_LOG", "warn");

@@ -26,12 +26,18 @@ const ROWS: u64 = 32;
 const FLOOR: u64 = 16;
 
 async fn fake_worker() -> Server {
-    let mut cmd = Command::new(testkit::bin("examples/fake_worker"));
-    cmd.arg("--listen").arg("127.0.0.1:0").arg("--model").arg(testkit::model_dir());
-    cmd.args(["--batch-base-time", &format!("{BASE_MS}ms"), "--batch-row-time", &format!("{ROW_MS}ms")]);
-    cmd.args(["--max-batch-rows", &ROWS.to_string(), "--min-batch-fill", "0"]);
-    cmd.env("RUST_LOG", "warn");
-    Server::start(cmd).await
+    let (base, row, rows) = (format!("{BASE_MS}ms"), format!("{ROW_MS}ms"), ROWS.to_string());
+    Server::fake_worker(&[
+        "--batch-base-time",
+        &base,
+        "--batch-row-time",
+        &row,
+        "--max-batch-rows",
+        &rows,
+        "--min-batch-fill",
+        "0",
+    ])
+    .await
 }
 
 /// Counts of an open-loop run: answers by status, and the most requests in flight at once.

@@ -29,13 +29,19 @@ fn capacity() -> f64 {
 }
 
 async fn start_worker() -> Server {
-    let mut cmd = Command::new(testkit::bin("examples/fake_worker"));
-    cmd.arg("--listen").arg("127.0.0.1:0").arg("--model").arg(testkit::model_dir());
-    cmd.args(["--batch-base-time", &format!("{BASE_MS}ms"), "--batch-row-time", &format!("{ROW_MS}ms")]);
+    let (base, row, rows) = (format!("{BASE_MS}ms"), format!("{ROW_MS}ms"), ROWS.to_string());
     // Full batches whatever the queries' lengths (a GPU's default), so that B is exact.
-    cmd.args(["--max-batch-rows", &ROWS.to_string(), "--min-batch-fill", "0"]);
-    cmd.env("RUST_LOG", "warn");
-    Server::start(cmd).await
+    Server::fake_worker(&[
+        "--batch-base-time",
+        &base,
+        "--batch-row-time",
+        &row,
+        "--max-batch-rows",
+        &rows,
+        "--min-batch-fill",
+        "0",
+    ])
+    .await
 }
 
 async fn start_gateway(workers: &[Server]) -> (Server, String) {

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use testkit::Server;
 use testkit::fault::metric_sum;
 use tokio::time::Instant;
 
@@ -40,9 +39,7 @@ async fn from_zero_a_burst_is_held_and_answered_then_back_to_zero_and_again() {
     // not by admission (on a GPU, a demo from zero answered 429 at the floor before its worker
     // was ready).
     let floor = (BURST / 3).to_string();
-    let gateway = Server::start(rig.gateway(&["--signal-fall", "1s", "--max-outstanding", &floor])).await;
-    let admin = gateway.announced("admin", Duration::from_secs(5)).await.expect("admin port");
-    let api = gateway.announced("metrics API", Duration::from_secs(5)).await.expect("metrics API port");
+    let (gateway, admin, api) = rig.start_gateway(&["--signal-fall", "1s", "--max-outstanding", &floor]).await;
 
     let series = dir.join("scaler.jsonl");
     let workers = [

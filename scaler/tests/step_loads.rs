@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use testkit::Server;
 use testkit::load::{Unanswered, open_loop};
 use tokio::time::Instant;
 
@@ -44,9 +43,7 @@ fn unix_now() -> f64 {
 async fn the_scaler_settles_at_ceil_r_within_two_sync_periods_of_each_step_up() {
     let rig = Rig::new("scaler-steps");
     let dir = &rig.dir;
-    let gateway = Server::start(rig.gateway(&[])).await;
-    let admin = gateway.announced("admin", Duration::from_secs(5)).await.expect("admin port");
-    let api = gateway.announced("metrics API", Duration::from_secs(5)).await.expect("metrics API port");
+    let (gateway, admin, api) = rig.start_gateway(&[]).await;
 
     let series = dir.join("scaler.jsonl");
     let workers = [

@@ -30,6 +30,15 @@ struct Announcements {
 }
 
 impl Server {
+    /// The fake worker (the worker's whole host side, no inference: `worker/examples/fake_worker.rs`)
+    /// on `127.0.0.1:0` with the bundled model, quiet, with `args` added.
+    pub async fn fake_worker(args: &[&str]) -> Self {
+        let mut cmd = Command::new(crate::bin("examples/fake_worker"));
+        cmd.arg("--listen").arg("127.0.0.1:0").arg("--model").arg(crate::model_dir());
+        cmd.args(args).env("RUST_LOG", "warn");
+        Self::start(cmd).await
+    }
+
     /// Starts `cmd` (stdin closed, stdout read here, stderr inherited, killed on drop) and waits
     /// until it prints `listening on http://ADDR`.
     pub async fn start(mut cmd: Command) -> Self {

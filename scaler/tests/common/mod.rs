@@ -35,6 +35,14 @@ impl Rig {
         Self { dir, certs, workers_file }
     }
 
+    /// [`Rig::gateway`] started: the process, its admin address and its metrics API's.
+    pub async fn start_gateway(&self, extra: &[&str]) -> (testkit::Server, String, String) {
+        let gateway = testkit::Server::start(self.gateway(extra)).await;
+        let admin = gateway.announced("admin", Duration::from_secs(5)).await.expect("admin port");
+        let api = gateway.announced("metrics API", Duration::from_secs(5)).await.expect("metrics API port");
+        (gateway, admin, api)
+    }
+
     /// The gateway on free loopback ports, reading the worker file, its metrics API with this
     /// rig's certificates (`AlwaysAllow`), the demo's windows; `extra` flags after.
     pub fn gateway(&self, extra: &[&str]) -> Command {
