@@ -325,6 +325,9 @@ pub struct Config {
     /// Exchanges in flight to one worker from which single-query requests wait to be merged:
     /// below it every request goes alone at once; at or above it a request waits until one of
     /// the worker's exchanges ends (or a full merge forms) and goes with the others waiting then.
+    /// Under `--runtime per-core` each core merges its own requests on its own connections, and
+    /// this number is split among the cores (at least one exchange each), so that a worker sees
+    /// about as many exchanges in flight, and as large merges, at any number of cores.
     #[arg(long, env = "GATEWAY_COALESCE_AFTER_IN_FLIGHT", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=65536), help_heading = heading::UPSTREAM)]
     pub coalesce_after_in_flight: u64,
 
@@ -376,13 +379,21 @@ impl Config {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     }
 
-    /// Idle-connection stacks of each worker's upstream: one for the shared runtime; one a
-    /// data-plane core and one for every other thread in the per-core runtime.
-    pub(crate) fn upstream_slots(&self) -> usize {
+    /// Slots of what is kept per core (`runtime::Slots`: each worker's idle connections,
+    /// outstanding counts, latency estimates and merge queues; admission's shares): one for the
+    /// shared runtime; one a data-plane core and one for every other thread in the per-core
+    /// runtime.
+    pub(crate) fn core_slots(&self) -> usize {
         match self.runtime {
             Runtime::Shared => 1,
             Runtime::PerCore => self.runtime_threads() + 1,
         }
+    }
+
+    /// The cores that serve requests each on their own: `--runtime-threads` under the per-core
+    /// runtime; one shared whole under the shared runtime.
+    pub(crate) fn data_plane_cores(&self) -> usize {
+        self.core_slots().saturating_sub(1).max(1)
     }
 
     /// A configuration with every default and no workers, for tests.

@@ -7,7 +7,7 @@
 //! text), so a series keeps its name, type and buckets when a metric moves here.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
@@ -53,6 +53,51 @@ impl TypedMetric for Counter {
 impl EncodeMetric for Counter {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         encoder.encode_counter::<NoLabelSet, _, u64>(&self.get(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+/// A gauge that goes up and down, sharded: each thread adds to its own shard (a shard alone may
+/// go negative when a value is taken on one thread and given back on another); a scrape adds
+/// them up. Clones share the value.
+#[derive(Debug, Clone, Default)]
+pub struct Gauge {
+    shards: Arc<[CachePadded<AtomicI64>; SHARDS]>,
+}
+
+impl Gauge {
+    pub fn inc(&self) {
+        self.inc_by(1);
+    }
+
+    pub fn dec(&self) {
+        self.dec_by(1);
+    }
+
+    pub fn inc_by(&self, n: i64) {
+        self.shards[index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn dec_by(&self, n: i64) {
+        self.shards[index()].fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// The value: the shards' sum.
+    pub fn get(&self) -> i64 {
+        self.shards.iter().map(|s| s.load(Ordering::Relaxed)).fold(0i64, i64::wrapping_add)
+    }
+}
+
+impl TypedMetric for Gauge {
+    const TYPE: MetricType = MetricType::Gauge;
+}
+
+impl EncodeMetric for Gauge {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&self.get())
     }
 
     fn metric_type(&self) -> MetricType {
@@ -201,6 +246,20 @@ mod tests {
         sharded.get_or_create(&labels).observe(0.5);
         let expected = text(|r| r.register("d", "D", plain));
         assert_eq!(text(|r| r.register("d", "D", sharded)), expected);
+    }
+
+    #[test]
+    fn a_gauge_encodes_as_prometheus_clients_does_and_sums_what_threads_move() {
+        let (plain, sharded) = (prometheus_client::metrics::gauge::Gauge::<i64>::default(), Gauge::default());
+        plain.set(7);
+        sharded.inc_by(9);
+        // Taken on one thread, given back on another: that shard goes negative, the sum holds.
+        let moved = sharded.clone();
+        std::thread::spawn(move || moved.dec_by(2)).join().unwrap();
+        assert_eq!(sharded.get(), 7);
+        let expected = text(|r| r.register("outstanding", "Held", plain));
+        assert_eq!(text(|r| r.register("outstanding", "Held", sharded)), expected);
+        assert!(expected.contains("outstanding 7"), "{expected}");
     }
 
     #[test]

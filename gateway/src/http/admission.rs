@@ -18,6 +18,14 @@
 //!   arrive (a heavy request alone larger than half the token bound is charged half of it);
 //! - never a queue: beyond a bound, 429 `overloaded` with `Retry-After` at once, counted in
 //!   `gateway_admission_rejected_total` and `gateway_requests_total{outcome="overloaded"}`.
+//!
+//! The request and token bounds are counted per core ([`PerCore`]): half of each bound is split
+//! into equal shares, one a core, taken with an atomic on the core's own cache line; a core past
+//! its share takes from the common other half, and past that from the other cores' shares (their
+//! lines are written only then: near the bound). Each part stays within its own bound, so the
+//! sum of what is taken never passes the bound, and one core alone can take all of it (the
+//! kernel may put every connection on one core). Heavy requests are few: their bounds are one
+//! count each.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +40,7 @@ use crate::error::RequestError;
 use crate::metrics::{Metrics, RequestLabels};
 use crate::pool::Pools;
 use crate::routing::Cost;
+use crate::runtime::Slots;
 use crate::task::AbortOnDrop;
 
 /// A count with a bound, taken optimistically (add, and undo past the bound).
@@ -53,6 +62,62 @@ impl Bounded {
     }
 }
 
+/// A bounded count kept per core: a share of half the bound for each core, the rest common.
+struct PerCore {
+    shares: Slots<Bounded>,
+    common: Bounded,
+    /// The smallest share worth keeping: a take goes whole to one part, so shares much larger
+    /// than a take lose little of the bound to what is left in each; below it, all is common.
+    min_share: u64,
+}
+
+/// Where a take was counted: a core's share, or the common part.
+#[derive(Debug, Clone, Copy)]
+enum Taken {
+    Share(usize),
+    Common,
+}
+
+impl PerCore {
+    fn new(slots: usize, min_share: u64) -> Self {
+        Self { shares: Slots::new(slots, Bounded::default), common: Bounded::default(), min_share }
+    }
+
+    /// Each core's share of `max`, and what is left for the common part: the shares together
+    /// are at most half, so the sum of everything taken is at most `max`.
+    fn split(&self, max: u64) -> (u64, u64) {
+        let slots = self.shares.iter().count() as u64;
+        let share = max / 2 / slots;
+        let share = if share < self.min_share { 0 } else { share };
+        (share, max - share * slots)
+    }
+
+    fn take(&self, n: u64, max: u64) -> Option<Taken> {
+        let (share, common) = self.split(max);
+        let mine = self.shares.mine();
+        if self.shares.at(mine).take(n, share) {
+            return Some(Taken::Share(mine));
+        }
+        if self.common.take(n, common) {
+            return Some(Taken::Common);
+        }
+        let slots = self.shares.iter().count();
+        (1..slots).map(|k| (mine + k) % slots).find(|&i| self.shares.at(i).take(n, share)).map(Taken::Share)
+    }
+
+    fn give(&self, n: u64, taken: Taken) {
+        match taken {
+            Taken::Share(slot) => self.shares.at(slot).give(n),
+            Taken::Common => self.common.give(n),
+        }
+    }
+
+    #[cfg(test)]
+    fn get(&self) -> u64 {
+        self.shares.iter().map(|b| b.0.load(Ordering::Acquire)).sum::<u64>() + self.common.0.load(Ordering::Acquire)
+    }
+}
+
 /// The admission bounds of the gateway.
 pub(crate) struct Admission {
     /// The bounds now: the floors, or what the ready workers answer within the deadline.
@@ -64,13 +129,13 @@ pub(crate) struct Admission {
     max_query_tokens: u64,
     limit_requests: Gauge,
     limit_tokens: Gauge,
-    requests: Bounded,
-    tokens: Bounded,
+    requests: PerCore,
+    tokens: PerCore,
     heavy_requests: Bounded,
     heavy_tokens: Bounded,
     retry_after_s: u64,
-    outstanding: Gauge,
-    outstanding_tokens: Gauge,
+    outstanding: listener::shard::Gauge,
+    outstanding_tokens: listener::shard::Gauge,
     rejected: Counter,
     requests_total: Family<RequestLabels, Counter>,
     rejected_labels: RequestLabels,
@@ -83,13 +148,15 @@ pub(crate) struct Admitted<'a> {
     admission: &'a Admission,
     tokens: u64,
     heavy: bool,
+    /// Where the request and its tokens were counted.
+    taken: (Taken, Taken),
 }
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
         let a = self.admission;
-        a.requests.give(1);
-        a.tokens.give(self.tokens);
+        a.requests.give(1, self.taken.0);
+        a.tokens.give(self.tokens, self.taken.1);
         if self.heavy {
             a.heavy_requests.give(1);
             a.heavy_tokens.give(self.tokens);
@@ -121,8 +188,9 @@ impl Admission {
             max_query_tokens: cfg.max_query_tokens.max(1),
             limit_requests: metrics.admission_limit_requests.clone(),
             limit_tokens: metrics.admission_limit_tokens.clone(),
-            requests: Bounded::default(),
-            tokens: Bounded::default(),
+            // Sixteen of the largest light take: a request; a request of `--heavy-request-tokens`.
+            requests: PerCore::new(cfg.core_slots(), 16),
+            tokens: PerCore::new(cfg.core_slots(), 16 * cfg.heavy_request_tokens.max(1)),
             heavy_requests: Bounded::default(),
             heavy_tokens: Bounded::default(),
             retry_after_s: cfg.retry_after_s,
@@ -184,18 +252,18 @@ impl Admission {
                 self.heavy_tokens.give(tokens);
             }
         };
-        if !self.requests.take(1, max_requests) {
+        let Some(taken_request) = self.requests.take(1, max_requests) else {
             undo_heavy();
             return refuse();
-        }
-        if !self.tokens.take(tokens, max_tokens) {
-            self.requests.give(1);
+        };
+        let Some(taken_tokens) = self.tokens.take(tokens, max_tokens) else {
+            self.requests.give(1, taken_request);
             undo_heavy();
             return refuse();
-        }
+        };
         self.outstanding.inc();
         self.outstanding_tokens.inc_by(i64::try_from(tokens).unwrap_or(i64::MAX));
-        Ok(Admitted { admission: self, tokens, heavy: cost.heavy })
+        Ok(Admitted { admission: self, tokens, heavy: cost.heavy, taken: (taken_request, taken_tokens) })
     }
 }
 
@@ -255,6 +323,45 @@ mod tests {
         assert_eq!(m.outstanding.get(), 1);
         let _three = a.admit(LIGHT).unwrap();
         drop(two);
+    }
+
+    #[test]
+    fn every_core_takes_its_share_first_and_together_never_past_the_bound() {
+        let m = Metrics::default();
+        let mut cfg = Config::for_tests();
+        cfg.runtime = crate::config::Runtime::PerCore;
+        cfg.threads = 3;
+        cfg.max_outstanding = 40;
+        cfg.max_outstanding_tokens = 1 << 30;
+        let a = Admission::new(&cfg, &m);
+        // 4 slots (3 cores and the rest): shares of 40 / 2 / 4 = 5, the common part 20.
+        let a = Admission { requests: PerCore::new(4, 1), ..a };
+        assert_eq!(a.requests.split(40), (5, 20));
+        assert_eq!(PerCore::new(4, 6).split(40), (0, 40), "shares too small to keep: all common");
+        let on_core = |core: usize, n: usize| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    crate::runtime::set_core(core);
+                    let held: Vec<_> = (0..n).map_while(|_| a.admit(LIGHT).ok()).collect();
+                    let taken: Vec<_> = held.iter().map(|h| h.taken.0).collect();
+                    std::mem::forget(held);
+                    taken
+                })
+                .join()
+                .unwrap()
+            })
+        };
+        let first = on_core(1, 5);
+        assert!(first.iter().all(|t| matches!(t, Taken::Share(1))), "its own share first: {first:?}");
+        let second = on_core(1, 25);
+        assert_eq!(second.len(), 25, "past its share: the common part, then the others' shares");
+        assert!(second[..20].iter().all(|t| matches!(t, Taken::Common)), "{second:?}");
+        assert!(second[20..].iter().all(|t| matches!(t, Taken::Share(i) if *i != 1)), "{second:?}");
+        assert_eq!(a.requests.get(), 30);
+        let rest = on_core(0, 100);
+        assert_eq!(rest.len(), 10, "one core alone reaches the whole bound, never past it");
+        assert_eq!(a.requests.get(), 40);
+        assert!(a.admit(LIGHT).is_err());
     }
 
     #[test]

@@ -1,10 +1,23 @@
 //! One worker as the gateway sees it: its health state, the requests outstanding to it, its
-//! latency estimate and its last telemetry snapshot. Everything the request path reads is an
-//! atomic or a short uncontended lock.
+//! latency estimate and its last telemetry snapshot.
+//!
+//! Split by who writes what (issue 47), so that a request writes no cache line that another
+//! data-plane core's requests write:
+//! - each core's own part ([`Share`], one per core in a [`Slots`]): the requests it has
+//!   outstanding to the worker, the queries it sent, its latency estimate (learnt from its own
+//!   answers and penalties) and its queue of requests waiting to be merged. A request touches
+//!   only its own core's; sums (the signal's outstanding, the stats' queries sent) read them all;
+//! - what the monitor writes (health, failures, the telemetry snapshot, the model), which the
+//!   request path only reads; the balancer's part of the snapshot (the other clients' queue and
+//!   when it was read) is published as two atomics, so that a pick takes no lock;
+//! - the upstream connections, one idle stack per core (`upstream`).
+//!
+//! The balancer reads its own core's outstanding count live and the other cores' as a sum it
+//! refreshes at most every [`OTHERS_REFRESH`] (reading their lines, never writing them).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use http::Uri;
@@ -18,7 +31,15 @@ use super::outcome::{HealthEffect, STALL_AFTER};
 use super::stats::StatsView;
 use crate::ctx::Ctx;
 use crate::metrics::{Metrics, PoolLabels, RequestLabels, WorkerLabels};
+use crate::runtime::Slots;
 use crate::upstream::Upstream;
+
+/// How often a core re-reads the other cores' outstanding counts for its balancer: at most one
+/// sum of their lines a worker per millisecond a core, however many requests it picks for.
+pub(crate) const OTHERS_REFRESH: Duration = Duration::from_millis(1);
+
+/// No snapshot published yet (`Endpoint::snapshot_at_us`).
+const NO_SNAPSHOT: u64 = u64::MAX;
 
 /// How long the gateway waits for a TCP connection to a worker.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -138,7 +159,47 @@ impl Rtt {
     }
 }
 
+/// What one data-plane core owns of a worker: written by that core's requests alone (and read,
+/// never written, by the others' sums).
+struct Share {
+    /// Requests this core has outstanding to the worker.
+    outstanding: AtomicU64,
+    /// Queries this core has sent the worker since it was added (retries included).
+    sent_queries: AtomicU64,
+    local: Mutex<Local>,
+    /// Single-query requests of this core waiting to be merged, and its exchanges in flight
+    /// that decide it.
+    coalesce: Mutex<Queue<Member>>,
+}
+
+/// A core's view of the worker's latency, and of the other cores' outstanding requests.
+struct Local {
+    rtt: PeakEwma,
+    /// A refusal or a failure raised the estimate since its last answer: the next answer
+    /// restarts it (the worker answers again; what the penalties guessed no longer holds).
+    penalized: bool,
+    /// The other cores' outstanding requests to the worker, summed at `others_at`.
+    others: u64,
+    others_at: Option<Instant>,
+}
+
+/// What the balancer reads of a worker, from the calling core's share.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoadInputs {
+    /// The core's latency estimate, seconds.
+    pub(crate) rtt_s: f64,
+    /// This core's outstanding requests (live) and the other cores' (at most
+    /// [`OTHERS_REFRESH`] old).
+    pub(crate) outstanding: u64,
+    /// The other clients' queue from fresh telemetry (0 when stale or none).
+    pub(crate) foreign_queue: u64,
+}
+
 /// Per-worker state shared by the balancer, the proxy, the monitor task and the signal.
+///
+/// Aligned to a cache line pair so that the `Arc`'s reference count (which every pick of the
+/// worker writes) shares no line with the fields every core reads.
+#[repr(align(128))]
 pub(crate) struct Endpoint {
     /// Base URL as discovered, e.g. `http://10.0.0.5:8000` (no trailing slash).
     pub(crate) url: String,
@@ -149,19 +210,20 @@ pub(crate) struct Endpoint {
     failures: AtomicU32,
     /// Monitoring calls timed out in a row.
     poll_timeouts: AtomicU32,
-    outstanding: AtomicU64,
-    /// Queries this gateway has sent to the worker since it was added (retries included).
-    sent_queries: AtomicU64,
+    /// Each core's part (see the module documentation).
+    shares: Slots<Share>,
     /// Queries other clients sent the worker (its admitted plus refused, less ours), since the
     /// first snapshot: other gateway replicas' share of the demand.
     foreign: Mutex<Foreign>,
-    rtt: Mutex<PeakEwma>,
-    /// A refusal or a failure raised the estimate since its last answer: the next answer
-    /// restarts it (the worker answers again; what the penalties guessed no longer holds).
-    penalized: AtomicBool,
     default_rtt: Duration,
     rtt_decay: Duration,
+    rtt_cap: Duration,
     snapshot: Mutex<Option<Snapshot>>,
+    /// The balancer's part of the snapshot, published by the monitor: the other clients' queue,
+    /// and when it arrived (microseconds after `born`; [`NO_SNAPSHOT`] before the first).
+    foreign_queue: AtomicU64,
+    snapshot_at_us: AtomicU64,
+    born: Instant,
     /// The model the worker serves, by the name its Open Inference Protocol routes answer to
     /// (from its stats; `None` until they arrive).
     model: Mutex<Option<Arc<str>>>,
@@ -184,8 +246,6 @@ pub(crate) struct Endpoint {
     pub(crate) labels: WorkerLabels,
     /// The gateway's connections to the worker.
     pub(crate) upstream: Upstream,
-    /// Single-query requests waiting to be merged, and the exchanges in flight that decide it.
-    coalesce: Mutex<Queue<Member>>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -211,13 +271,25 @@ impl Endpoint {
         url: &str,
         rtt: Rtt,
         max_idle_connections: usize,
-        upstream_slots: usize,
+        core_slots: usize,
         ready_notify: Arc<Notify>,
         metrics: &Metrics,
     ) -> Result<Self, String> {
         let (scheme, authority) = parse_base_url(url)?;
         let url = format!("{scheme}://{authority}");
         let ok = RequestLabels { pool: pool.to_owned(), worker: url.clone(), outcome: "ok".to_owned() };
+        let now = Instant::now();
+        let share = || Share {
+            outstanding: AtomicU64::new(0),
+            sent_queries: AtomicU64::new(0),
+            local: Mutex::new(Local {
+                rtt: PeakEwma::new(rtt.default, rtt.cap, now),
+                penalized: false,
+                others: 0,
+                others_at: None,
+            }),
+            coalesce: Mutex::new(Queue::default()),
+        };
         Ok(Self {
             ok_requests: metrics.requests.get_or_create_owned(&ok),
             ok_latency: metrics.latency.get_or_create_owned(&ok),
@@ -228,32 +300,40 @@ impl Endpoint {
             labels: WorkerLabels { pool: pool.to_owned(), worker: url.clone() },
             pool: pool.to_owned(),
             url,
-            upstream: Upstream::new(authority, max_idle_connections, CONNECT_TIMEOUT, upstream_slots),
+            upstream: Upstream::new(authority, max_idle_connections, CONNECT_TIMEOUT, core_slots),
             health: AtomicU8::new(Health::Probing as u8),
             downs: AtomicU64::new(0),
             failures: AtomicU32::new(0),
             poll_timeouts: AtomicU32::new(0),
-            outstanding: AtomicU64::new(0),
-            sent_queries: AtomicU64::new(0),
+            shares: Slots::new(core_slots, share),
             foreign: Mutex::new(Foreign::default()),
-            rtt: Mutex::new(PeakEwma::new(rtt.default, rtt.cap, Instant::now())),
-            penalized: AtomicBool::new(false),
             default_rtt: rtt.default,
             rtt_decay: rtt.decay,
+            rtt_cap: rtt.cap,
             snapshot: Mutex::new(None),
+            foreign_queue: AtomicU64::new(0),
+            snapshot_at_us: AtomicU64::new(NO_SNAPSHOT),
+            born: now,
             model: Mutex::new(None),
             held_pressure: Mutex::new(None),
             ready_notify,
-            coalesce: Mutex::new(Queue::default()),
         })
     }
 
-    /// The worker's queue of requests waiting to be merged (a short lock: one decision).
-    pub(crate) fn coalesce(&self) -> std::sync::MutexGuard<'_, Queue<Member>> {
-        match self.coalesce.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+    /// The calling core's slot, for [`Endpoint::coalesce`] later from wherever the work ends.
+    pub(crate) fn slot(&self) -> usize {
+        self.shares.mine()
+    }
+
+    /// Core `slot`'s queue of requests waiting to be merged (a short lock, of that core's alone:
+    /// one decision). Requests merge with others of the same core, on its connections.
+    pub(crate) fn coalesce(&self, slot: usize) -> MutexGuard<'_, Queue<Member>> {
+        lock(&self.shares.at(slot).coalesce)
+    }
+
+    /// The calling core's latency estimate and view of the others.
+    fn local(&self) -> MutexGuard<'_, Local> {
+        lock(&self.shares.local().local)
     }
 
     pub(crate) fn health(&self) -> Health {
@@ -276,10 +356,12 @@ impl Endpoint {
                 // while it was out (every pick would flood it before its first answer) nor what
                 // the penalties and slow answers that took it out left (it would get no traffic
                 // for minutes).
-                if let Ok(mut e) = self.rtt.lock() {
-                    e.restart(self.default_rtt, Instant::now());
+                let now = Instant::now();
+                for share in self.shares.iter() {
+                    let mut l = lock(&share.local);
+                    l.rtt.restart(self.default_rtt, now);
+                    l.penalized = false;
                 }
-                self.penalized.store(false, Ordering::Release);
                 self.ready_notify.notify_waiters();
             }
         }
@@ -377,60 +459,98 @@ impl Endpoint {
         if self.failures.load(Ordering::Relaxed) != 0 {
             self.failures.store(0, Ordering::Release);
         }
-        let restart = self.penalized.load(Ordering::Relaxed) && self.penalized.swap(false, Ordering::AcqRel);
+        let mut l = self.local();
+        let restart = std::mem::take(&mut l.penalized);
+        let now = Instant::now();
         match rtt {
-            Some(rtt) if restart => {
-                if let Ok(mut e) = self.rtt.lock() {
-                    e.restart(rtt.max(self.default_rtt), Instant::now());
-                }
-            }
-            Some(rtt) => self.observe_rtt(rtt),
-            None if restart => {
-                if let Ok(mut e) = self.rtt.lock() {
-                    e.restart(self.default_rtt, Instant::now());
-                }
-            }
+            Some(rtt) if restart => l.rtt.restart(rtt.max(self.default_rtt), now),
+            Some(rtt) => l.rtt.observe(rtt, now, self.rtt_decay),
+            None if restart => l.rtt.restart(self.default_rtt, now),
             None => {}
         }
     }
 
     fn observe_rtt(&self, rtt: Duration) {
-        if let Ok(mut e) = self.rtt.lock() {
-            e.observe(rtt, Instant::now(), self.rtt_decay);
-        }
+        self.local().rtt.observe(rtt, Instant::now(), self.rtt_decay);
     }
 
     /// A fast refusal (429) or failure must not look like a fast worker: the estimate doubles,
-    /// bounded (see `ewma`).
+    /// bounded (see `ewma`). The calling core's estimate: each core learns the worker's state
+    /// from its own answers, as nginx's workers do.
     fn penalize(&self) {
-        if let Ok(mut e) = self.rtt.lock() {
-            e.penalize(self.default_rtt, Instant::now(), self.rtt_decay);
-        }
-        self.penalized.store(true, Ordering::Release);
+        let mut l = self.local();
+        l.rtt.penalize(self.default_rtt, Instant::now(), self.rtt_decay);
+        l.penalized = true;
     }
 
-    /// The balancer's latency estimate now (seconds). A penalty older than `ewma::PENALTY_HOLD`
-    /// with no answer since ends here: the estimate starts over at the default.
+    /// The calling core's latency estimate now (seconds), after [`Endpoint::expire_penalty`].
+    fn rtt_at(&self, l: &mut Local, now: Instant) -> f64 {
+        if l.rtt.expire_penalty(self.default_rtt, now) {
+            l.penalized = false;
+        }
+        l.rtt.at(now, self.rtt_decay)
+    }
+
+    /// The balancer's latency estimate now (seconds), the calling core's. A penalty older than
+    /// `ewma::PENALTY_HOLD` with no answer since ends here: the estimate starts over at the
+    /// default.
     pub(crate) fn rtt_estimate_s(&self) -> f64 {
         let now = Instant::now();
-        self.rtt
-            .lock()
-            .map(|mut e| {
-                if e.expire_penalty(self.default_rtt, now) {
-                    self.penalized.store(false, Ordering::Release);
-                }
-                e.at(now, self.rtt_decay)
-            })
-            .unwrap_or(0.0)
+        self.rtt_at(&mut self.local(), now)
     }
 
+    /// The highest of the cores' latency estimates now (seconds): what `/v1/pools` shows (a
+    /// core that sends the worker nothing decays towards zero; the busiest one says most).
+    pub(crate) fn rtt_estimate_max_s(&self) -> f64 {
+        let now = Instant::now();
+        self.shares
+            .iter()
+            .map(|s| lock(&s.local).rtt.at(now, self.rtt_decay))
+            .fold(0.0, f64::max)
+            .min(self.rtt_cap.as_secs_f64())
+    }
+
+    /// What the balancer weighs the worker by, from the calling core's share (one short lock of
+    /// its own, two atomic loads of what the monitor publishes, and at most every
+    /// [`OTHERS_REFRESH`] a read of the other cores' counts).
+    pub(crate) fn load_inputs(&self, now: Instant, stale_after: Duration) -> LoadInputs {
+        let mine = self.shares.mine();
+        let share = self.shares.at(mine);
+        let mut l = lock(&share.local);
+        let rtt_s = self.rtt_at(&mut l, now);
+        if l.others_at.is_none_or(|at| now.saturating_duration_since(at) >= OTHERS_REFRESH) {
+            l.others = self
+                .shares
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != mine)
+                .map(|(_, s)| s.outstanding.load(Ordering::Relaxed))
+                .sum();
+            l.others_at = Some(now);
+        }
+        let outstanding = share.outstanding.load(Ordering::Relaxed) + l.others;
+        drop(l);
+        let at = self.snapshot_at_us.load(Ordering::Acquire);
+        let fresh = at != NO_SNAPSHOT
+            && now.saturating_duration_since(self.born).as_micros().saturating_sub(u128::from(at))
+                <= stale_after.as_micros();
+        let foreign_queue = if fresh { self.foreign_queue.load(Ordering::Relaxed) } else { 0 };
+        LoadInputs { rtt_s, outstanding, foreign_queue }
+    }
+
+    /// Requests outstanding to the worker, every core's.
     pub(crate) fn outstanding(&self) -> u64 {
-        self.outstanding.load(Ordering::Acquire)
+        self.shares.iter().map(|s| s.outstanding.load(Ordering::Acquire)).sum()
     }
 
     /// `n` queries sent to the worker (an attempt).
     pub(crate) fn sent(&self, n: u64) {
-        self.sent_queries.fetch_add(n, Ordering::Relaxed);
+        self.shares.local().sent_queries.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Queries sent to the worker, every core's.
+    fn sent_queries(&self) -> u64 {
+        self.shares.iter().map(|s| s.sent_queries.load(Ordering::Relaxed)).sum()
     }
 
     /// Queries other clients have sent the worker since the gateway first read its stats.
@@ -438,10 +558,11 @@ impl Endpoint {
         self.foreign.lock().map_or(0, |f| f.total)
     }
 
-    /// Count a request as outstanding until the guard drops.
-    pub(crate) fn start(self: &Arc<Self>) -> InFlight {
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
-        InFlight { ep: Arc::clone(self) }
+    /// Count a request as outstanding (on the calling core's share) until the guard drops.
+    pub(crate) fn start(&self) -> InFlight<'_> {
+        let slot = self.shares.mine();
+        self.shares.at(slot).outstanding.fetch_add(1, Ordering::AcqRel);
+        InFlight { ep: self, slot }
     }
 
     /// Count one client request that this worker answered (or failed) with `outcome`.
@@ -484,7 +605,7 @@ impl Endpoint {
 
     pub(crate) fn store_snapshot(&self, stats: &StatsView) {
         if let (Some(worker_total), Ok(mut f)) = (stats.offered_total(), self.foreign.lock()) {
-            f.observe(worker_total, self.sent_queries.load(Ordering::Relaxed));
+            f.observe(worker_total, self.sent_queries());
         }
         let snap = Snapshot {
             at: Instant::now(),
@@ -495,6 +616,9 @@ impl Endpoint {
             gpu_memory_used_ratio: stats.gpu_memory_used_ratio(),
             capacity: stats.capacity(),
         };
+        self.foreign_queue.store(snap.foreign_queue(), Ordering::Relaxed);
+        let at_us = u64::try_from(snap.at.saturating_duration_since(self.born).as_micros()).unwrap_or(NO_SNAPSHOT - 1);
+        self.snapshot_at_us.store(at_us, Ordering::Release);
         if let Ok(mut s) = self.snapshot.lock() {
             *s = Some(snap);
         }
@@ -533,15 +657,26 @@ impl Endpoint {
     }
 }
 
-/// An outstanding request to a worker; decrements the count on drop, whatever happens.
+/// An outstanding request to a worker; decrements the count on drop, whatever happens (on the
+/// share it counted on).
 #[derive(Debug)]
-pub(crate) struct InFlight {
-    ep: Arc<Endpoint>,
+pub(crate) struct InFlight<'a> {
+    ep: &'a Endpoint,
+    slot: usize,
 }
 
-impl Drop for InFlight {
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.ep.outstanding.fetch_sub(1, Ordering::AcqRel);
+        self.ep.shares.at(self.slot).outstanding.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A lock whatever a panic elsewhere left: every value behind these locks is whole after each
+/// statement.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
     }
 }
 

@@ -33,11 +33,32 @@ use crate::upstream::Answer;
 /// The caps of one merge and the threshold that starts merging.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Policy {
-    /// Exchanges in flight to the worker from which requests wait to be merged.
+    /// Exchanges in flight to the worker (the core's: its queue's) from which requests wait to
+    /// be merged.
     pub(crate) after_in_flight: usize,
     pub(crate) max_queries: usize,
     pub(crate) max_tokens: u64,
     pub(crate) max_bytes: usize,
+}
+
+/// What a merged body adds to its queries: `{"queries":[` and `]}`.
+pub(crate) const BODY_OVERHEAD: usize = 14;
+
+impl Policy {
+    /// The merge policy of `cfg`'s flags; `None` when coalescing is off.
+    pub(crate) fn from_config(cfg: &crate::config::Config) -> Option<Self> {
+        if cfg.no_coalesce || cfg.coalesce_max_queries <= 1 {
+            return None;
+        }
+        Some(Self {
+            // Each core's queue counts its own exchanges: its part of the worker's.
+            after_in_flight: usize::try_from(cfg.coalesce_after_in_flight.div_ceil(cfg.data_plane_cores() as u64))
+                .unwrap_or(usize::MAX),
+            max_queries: usize::try_from(cfg.coalesce_max_queries).unwrap_or(usize::MAX),
+            max_tokens: cfg.heavy_request_tokens,
+            max_bytes: cfg.max_body_bytes.saturating_sub(BODY_OVERHEAD),
+        })
+    }
 }
 
 /// A client request waiting to go in a merge.

@@ -64,7 +64,7 @@ pub struct WorkerStatus {
     pub health: Health,
     /// Requests this gateway has sent it and not finished.
     pub outstanding: u64,
-    /// The balancer's latency estimate.
+    /// The balancer's latency estimate: the highest of the cores' (each core keeps its own).
     pub rtt_estimate_ms: f64,
     /// Age of its last `/v1/stats` snapshot; `None` before the first.
     pub telemetry_age_ms: Option<u64>,
@@ -90,6 +90,8 @@ pub struct Pool {
     held_bytes: AtomicU64,
     /// Queries offered to the pool since start, admitted or refused: the signal's demand.
     offered: listener::shard::Counter,
+    /// The merge policy (`--coalesce-*`), made once: it reads the cores.
+    coalesce: Option<merge_queue::Policy>,
     /// Bumped whenever a request starts waiting for a worker: wakes KEDA's `StreamIsActive`
     /// at once (a pool at zero replicas is activated by its first request, not the next tick).
     waiting: watch::Sender<()>,
@@ -137,6 +139,7 @@ impl Pool {
             namespace: meta.namespace.clone(),
             ..Default::default()
         });
+        let coalesce = merge_queue::Policy::from_config(&ctx.config);
         Arc::new(Self {
             name: name.to_owned(),
             meta,
@@ -148,6 +151,7 @@ impl Pool {
             held_requests: AtomicU64::new(0),
             held_bytes: AtomicU64::new(0),
             offered: listener::shard::Counter::default(),
+            coalesce,
             waiting: watch::Sender::new(()),
             signal,
         })
@@ -173,7 +177,7 @@ impl Pool {
                     url: e.url.clone(),
                     health: e.health(),
                     outstanding: e.outstanding(),
-                    rtt_estimate_ms: e.rtt_estimate_s() * 1000.0,
+                    rtt_estimate_ms: e.rtt_estimate_max_s() * 1000.0,
                     telemetry_age_ms: s.as_ref().map(|s| now.saturating_duration_since(s.at).as_millis() as u64),
                     reported_queue: s.as_ref().map(|s| s.reported_queue),
                     reported_queue_tokens: s.as_ref().and_then(|s| s.reported_queue_tokens),
@@ -188,6 +192,11 @@ impl Pool {
     /// refused ones are demand too).
     pub fn offer(&self, queries: u64) {
         self.offered.inc_by(queries);
+    }
+
+    /// The merge policy; `None` when coalescing is off.
+    pub(crate) fn coalesce(&self) -> Option<merge_queue::Policy> {
+        self.coalesce
     }
 
     /// Queries offered since start.
@@ -303,7 +312,7 @@ impl Pool {
                 url,
                 endpoint::Rtt::from_config(cfg),
                 cfg.pool_max_idle_per_host,
-                cfg.upstream_slots(),
+                cfg.core_slots(),
                 Arc::clone(&self.ready_notify),
                 &self.ctx.metrics,
             ) {

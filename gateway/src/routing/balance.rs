@@ -6,11 +6,13 @@
 //! load = rtt_estimate * (outstanding + foreign_queue + 1)
 //! ```
 //!
-//! * `outstanding`: requests this gateway has sent to the worker and not finished (live, exact);
+//! * `outstanding`: requests this gateway has sent to the worker and not finished: the picking
+//!   core's own, live, and the other cores' as it last summed them (at most a millisecond old:
+//!   `Endpoint::load_inputs`), so that a pick writes nothing other cores write;
 //! * `foreign_queue`: what the worker reports as `queued + in_flight` beyond our own outstanding
 //!   requests when the snapshot was taken, i.e. the load other gateways put on it (0 when the
 //!   telemetry is stale: it would be a guess);
-//! * `rtt_estimate`: peak-EWMA of the worker's response time, starting at `--default-rtt` for a
+//! * `rtt_estimate`: the picking core's peak-EWMA of the worker's response time, starting at `--default-rtt` for a
 //!   new worker or one ready again (the floor linkerd uses so that a new endpoint is not flooded
 //!   before it has answered once), decaying towards zero while unused (so it is tried again).
 //!
@@ -23,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
+use tokio::time::Instant;
 
 use crate::pool::{Endpoint, Pool};
 
@@ -38,9 +41,9 @@ fn load(rtt_estimate_s: f64, outstanding: u64, foreign_queue: u64) -> f64 {
     rtt_estimate_s.max(1e-6) * (outstanding + foreign_queue + 1) as f64
 }
 
-fn endpoint_load(ep: &Endpoint, stale_after: Duration) -> f64 {
-    let foreign = ep.fresh_snapshot(stale_after).map(|s| s.foreign_queue()).unwrap_or(0);
-    load(ep.rtt_estimate_s(), ep.outstanding(), foreign)
+fn endpoint_load(ep: &Endpoint, now: Instant, stale_after: Duration) -> f64 {
+    let i = ep.load_inputs(now, stale_after);
+    load(i.rtt_s, i.outstanding, i.foreign_queue)
 }
 
 /// Pick a ready worker by power of two choices, never `exclude`.
@@ -72,7 +75,8 @@ fn pick(
                 }
             }
             let (a, b) = (a?, b?);
-            let (la, lb) = (endpoint_load(a, stale_after), endpoint_load(b, stale_after));
+            let now = Instant::now();
+            let (la, lb) = (endpoint_load(a, now, stale_after), endpoint_load(b, now, stale_after));
             Some(Arc::clone(if la <= lb { a } else { b }))
         }
     }

@@ -47,25 +47,14 @@ use super::attempt::{Attempt, Sent, alone, apply, conclude};
 use super::request::{ClientRequest, Single};
 use crate::config::Config;
 use crate::ctx::Ctx;
-use crate::pool::merge_queue::{Arrival, Delivery, Member, Policy};
+use crate::pool::merge_queue::{Arrival, BODY_OVERHEAD, Delivery, Member, Policy};
 use crate::pool::outcome::{self, CallKind, HealthEffect, Outcome, RetryReason, Verdict};
 use crate::pool::{Endpoint, Pool};
 use crate::upstream::{Answer, Limit, Outgoing};
 
-/// What a merged body adds to its queries: `{"queries":[` and `]}`.
-const BODY_OVERHEAD: usize = 14;
-
 /// The merge policy of `cfg`'s flags; `None` when coalescing is off.
 pub(crate) fn policy(cfg: &Config) -> Option<Policy> {
-    if cfg.no_coalesce || cfg.coalesce_max_queries <= 1 {
-        return None;
-    }
-    Some(Policy {
-        after_in_flight: usize::try_from(cfg.coalesce_after_in_flight).unwrap_or(usize::MAX),
-        max_queries: usize::try_from(cfg.coalesce_max_queries).unwrap_or(usize::MAX),
-        max_tokens: cfg.heavy_request_tokens,
-        max_bytes: cfg.max_body_bytes.saturating_sub(BODY_OVERHEAD),
-    })
+    Policy::from_config(cfg)
 }
 
 /// One attempt of a mergeable request on `ep`: alone at once, or in a merge (see the module
@@ -81,22 +70,25 @@ pub(super) async fn attempt(
     let ctx = pool.ctx();
     let (tx, rx) = oneshot::channel();
     let member = Member { json: single.json.clone(), tokens: single.tokens, deadline: deadline.0, answer: tx };
-    let arrival = ep.coalesce().arrive(member, policy);
+    // The calling core's queue: requests merge with others of the same core, and the merge goes
+    // out on that core's connections (`Endpoint`'s shares).
+    let slot = ep.slot();
+    let arrival = ep.coalesce(slot).arrive(member, policy);
     match arrival {
         // An inference of one text going alone goes as a list of one to the worker's `/predict`
         // (its fast route, and the answer made from the item, as a merge's member's is) rather
         // than to the worker's inference route with its JSON body. A refusal of it (a 4xx) sends
         // the request again as it came, for the worker's own answer to it.
         Arrival::Alone(member) if single.oip.is_some() => {
-            send(Arc::clone(ctx), Arc::clone(ep), *policy, vec![member]);
+            send(Arc::clone(ctx), Arc::clone(ep), slot, *policy, vec![member]);
         }
         Arrival::Alone(member) => {
             drop(member);
             // Counted in flight at the worker's queue until it ends.
-            let _exchange = Exchange { ctx: Arc::clone(ctx), ep: Arc::clone(ep), policy: *policy };
+            let _exchange = InFlight { ctx, ep, slot, policy };
             return alone(pool, ep, req, deadline).await;
         }
-        Arrival::Merge(members) => send(Arc::clone(ctx), Arc::clone(ep), *policy, members),
+        Arrival::Merge(members) => send(Arc::clone(ctx), Arc::clone(ep), slot, *policy, members),
         Arrival::Wait => {}
     }
     let since = Instant::now();
@@ -130,8 +122,8 @@ pub(super) async fn attempt(
 
 /// Send `members` to `ep` as one merge, on a task of its own: no client's request carries it, so
 /// none going away can leave the others without an answer.
-fn send(ctx: Arc<Ctx>, ep: Arc<Endpoint>, policy: Policy, members: Vec<Member>) {
-    let exchange = Exchange { ctx, ep, policy };
+fn send(ctx: Arc<Ctx>, ep: Arc<Endpoint>, slot: usize, policy: Policy, members: Vec<Member>) {
+    let exchange = Exchange { ctx, ep, slot, policy };
     match tokio::runtime::Handle::try_current() {
         Ok(rt) => {
             rt.spawn(async move { exchange.run(members).await });
@@ -146,15 +138,38 @@ fn send(ctx: Arc<Ctx>, ep: Arc<Endpoint>, policy: Policy, members: Vec<Member>) 
 struct Exchange {
     ctx: Arc<Ctx>,
     ep: Arc<Endpoint>,
+    /// The core whose queue it is counted in.
+    slot: usize,
     policy: Policy,
 }
 
 impl Drop for Exchange {
     fn drop(&mut self) {
-        let next = self.ep.coalesce().finished(&self.policy);
-        if let Some(members) = next {
-            send(Arc::clone(&self.ctx), Arc::clone(&self.ep), self.policy, members);
-        }
+        finished(&self.ctx, &self.ep, self.slot, &self.policy);
+    }
+}
+
+/// A request sent alone, counted in flight at the worker's queue as an exchange is: borrowed from
+/// the request, so that going alone takes no reference count (the common case, with a few
+/// requests in flight).
+struct InFlight<'a> {
+    ctx: &'a Arc<Ctx>,
+    ep: &'a Arc<Endpoint>,
+    slot: usize,
+    policy: &'a Policy,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        finished(self.ctx, self.ep, self.slot, self.policy);
+    }
+}
+
+/// An exchange of core `slot` with `ep` ended: the merge waiting for it, if any, goes.
+fn finished(ctx: &Arc<Ctx>, ep: &Arc<Endpoint>, slot: usize, policy: &Policy) {
+    let next = ep.coalesce(slot).finished(policy);
+    if let Some(members) = next {
+        send(Arc::clone(ctx), Arc::clone(ep), slot, *policy, members);
     }
 }
 

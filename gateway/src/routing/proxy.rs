@@ -115,7 +115,7 @@ pub(crate) async fn forward(pool: &Pool, req: &ClientRequest<'_>) -> Result<Answ
 async fn attempt(pool: &Pool, ep: &Arc<Endpoint>, req: &ClientRequest<'_>, deadline: (Instant, bool)) -> Attempt {
     let _in_flight = ep.start();
     ep.sent(req.cost.queries);
-    match (&req.single, coalesce::policy(&pool.ctx().config)) {
+    match (&req.single, pool.coalesce()) {
         (Some(single), Some(policy)) if single.may_merge_on(ep) => {
             coalesce::attempt(pool, ep, req, single, deadline, &policy).await
         }

@@ -57,6 +57,8 @@ use tokio::time::Instant;
 pub use budget::{AnswerBudget, Charge, Limit};
 use conn::{Connection, Failed};
 
+use crate::runtime::Slots;
+
 /// An idle connection keeps buffers up to this capacity; larger ones (left by a large request or
 /// answer) are freed when it goes back to the pool.
 const KEEP_BUFFER_BYTES: usize = 64 * 1024;
@@ -136,15 +138,13 @@ pub struct Answer {
 /// driven by that one's reactor, or by none once it stops. `max_idle` holds per stack.
 pub struct Upstream {
     authority: Authority,
-    idle: Box<[Stack]>,
+    idle: Slots<Stack>,
     max_idle: usize,
     connect_timeout: Duration,
 }
 
-/// One slot's idle connections, on a cache line of its own: each core writes only its own.
-#[repr(align(128))]
-#[derive(Default)]
-struct Stack(Mutex<Vec<Idle>>);
+/// One slot's idle connections (on cache lines of their own: each core writes only its own).
+type Stack = Mutex<Vec<Idle>>;
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -159,9 +159,9 @@ struct Idle {
 
 impl Upstream {
     /// `slots`: 1 for the shared runtime; the data-plane cores plus one in the per-core runtime
-    /// (`Config::upstream_slots`).
+    /// (`Config::core_slots`).
     pub fn new(authority: Authority, max_idle: usize, connect_timeout: Duration, slots: usize) -> Self {
-        let idle = (0..slots.max(1)).map(|_| Stack::default()).collect();
+        let idle = Slots::new(slots, Stack::default);
         Self { authority, idle, max_idle, connect_timeout }
     }
 
@@ -228,7 +228,7 @@ impl Upstream {
     /// for longer than `idle_timeout`.
     pub fn prune(&self, idle_timeout: Duration) {
         let now = Instant::now();
-        for stack in &self.idle {
+        for stack in self.idle.iter() {
             lock(stack).retain(|i| now.saturating_duration_since(i.since) < idle_timeout && !i.conn.closed_or_dirty());
         }
     }
@@ -238,21 +238,14 @@ impl Upstream {
         self.idle.iter().map(|s| lock(s).len()).sum()
     }
 
-    /// The slot of the calling thread: its core's in the per-core runtime (the last for any
-    /// other thread), the only one otherwise.
-    fn slot(&self) -> usize {
-        let last = self.idle.len() - 1;
-        if last == 0 { 0 } else { crate::runtime::core().min(last) }
-    }
-
-    /// The calling thread's stack.
+    /// The calling thread's stack: its core's in the per-core runtime.
     fn lock(&self) -> MutexGuard<'_, Vec<Idle>> {
-        lock(&self.idle[self.slot()])
+        lock(self.idle.local())
     }
 }
 
 fn lock(stack: &Stack) -> MutexGuard<'_, Vec<Idle>> {
-    match stack.0.lock() {
+    match stack.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     }

@@ -356,19 +356,3 @@ fn each_core_reuses_only_the_connections_it_opened_and_prune_covers_every_slot()
     u.prune(Duration::ZERO);
     assert_eq!(u.idle_count(), 0, "prune empties every slot");
 }
-
-#[test]
-fn a_thread_takes_its_cores_slot_and_any_other_the_last() {
-    let addr: Authority = "127.0.0.1:9".parse().unwrap();
-    let shared = Upstream::new(addr.clone(), 4, Duration::from_secs(2), 1);
-    let per_core = Upstream::new(addr, 4, Duration::from_secs(2), 3);
-    assert_eq!((shared.slot(), per_core.slot()), (0, 2), "no core: the last");
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            crate::runtime::set_core(1);
-            assert_eq!((shared.slot(), per_core.slot()), (0, 1), "core 1: its own; one slot: the one");
-            crate::runtime::set_core(7);
-            assert_eq!(per_core.slot(), 2, "an index past the cores: the last");
-        });
-    });
-}

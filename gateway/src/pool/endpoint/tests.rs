@@ -105,6 +105,42 @@ fn in_flight_guard_counts_outstanding() {
     assert_eq!(e.outstanding(), 0);
 }
 
+#[test]
+fn each_core_counts_and_learns_on_its_own_share_and_the_sums_see_them_all() {
+    let ctx = Ctx::for_tests(|_| {});
+    // Three slots: cores 0 and 1, and every other thread (this one).
+    let e = Endpoint::new("p", "http://127.0.0.1:9/", RTT, 4, 3, Arc::default(), &Metrics::default()).unwrap();
+    e.set_health(Health::Ready);
+    let mine = e.start();
+    e.sent(5);
+    let on_core_0 = std::thread::scope(|s| {
+        s.spawn(|| {
+            crate::runtime::set_core(0);
+            let held = (e.start(), e.start());
+            e.sent(7);
+            e.apply(HealthEffect::Refused, &ctx, &"test");
+            assert!(e.rtt_estimate_s() > 0.05, "core 0's estimate is penalised: {}", e.rtt_estimate_s());
+            let seen = e.load_inputs(Instant::now(), Duration::from_secs(3));
+            assert_eq!(seen.outstanding, 3, "its own 2, live, and the other thread's 1");
+            held
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!((e.outstanding(), e.sent_queries()), (3, 12), "the sums read every share");
+    let seen = e.load_inputs(Instant::now(), Duration::from_secs(3));
+    assert_eq!((seen.outstanding, seen.foreign_queue), (3, 0), "no telemetry: no foreign queue");
+    assert!((seen.rtt_s - 0.030).abs() < 1e-3, "this thread's estimate is its own: {}", seen.rtt_s);
+    assert!(e.rtt_estimate_max_s() > 0.05, "/v1/pools shows the highest");
+    drop(on_core_0);
+    drop(mine);
+    assert_eq!(e.outstanding(), 0, "each guard gives back on the share it took");
+    // Out and back: every core's estimate starts over.
+    e.set_health(Health::NotReady);
+    e.set_health(Health::Ready);
+    assert!((e.rtt_estimate_max_s() - 0.030).abs() < 1e-3, "{}", e.rtt_estimate_max_s());
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_unused_estimate_decays_towards_zero_and_restarts_at_the_default() {
     let e = ep();

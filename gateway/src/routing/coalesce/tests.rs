@@ -44,6 +44,19 @@ fn member(query: &str, deadline: Instant) -> (Member, oneshot::Receiver<Delivery
 }
 
 #[test]
+fn each_core_merges_after_its_part_of_the_exchanges_in_flight() {
+    let after = |runtime, threads| {
+        let mut cfg = Config::for_tests();
+        (cfg.runtime, cfg.threads, cfg.coalesce_after_in_flight) = (runtime, threads, 8);
+        policy(&cfg).unwrap().after_in_flight
+    };
+    use crate::config::Runtime::{PerCore, Shared};
+    assert_eq!(after(Shared, 4), 8, "one queue a worker");
+    assert_eq!((after(PerCore, 1), after(PerCore, 3), after(PerCore, 4)), (8, 3, 2));
+    assert_eq!(after(PerCore, 16), 1, "at least one each");
+}
+
+#[test]
 fn the_merged_body_is_the_list_form_of_the_queries() {
     let t = Instant::now();
     let members: Vec<Member> = ["play jazz", "say \"hi\"\n", "北京"].iter().map(|q| member(q, t).0).collect();
@@ -235,8 +248,10 @@ async fn merge(ctx: &Arc<Ctx>, ep: &Arc<Endpoint>, queries: &[&str]) -> Vec<Deli
     let deadline = Instant::now() + Duration::from_secs(5);
     let (members, receivers): (Vec<_>, Vec<_>) = queries.iter().map(|q| member(q, deadline)).unzip();
     // Counted in flight as the queue counts a merge it hands out.
-    let Arrival::Alone(_) = ep.coalesce().arrive(member("x", deadline).0, &POLICY) else { panic!("nothing in flight") };
-    send(Arc::clone(ctx), Arc::clone(ep), POLICY, members);
+    let Arrival::Alone(_) = ep.coalesce(ep.slot()).arrive(member("x", deadline).0, &POLICY) else {
+        panic!("nothing in flight")
+    };
+    send(Arc::clone(ctx), Arc::clone(ep), ep.slot(), POLICY, members);
     let mut out = Vec::new();
     for rx in receivers {
         out.push(tokio::time::timeout(Duration::from_secs(5), rx).await.expect("every member hears").expect("a word"));
@@ -339,16 +354,16 @@ async fn a_merge_past_its_deadline_tells_each_member_and_the_next_waiting_merge_
     let (first, rx1) = member("a", soon);
     let (second, rx2) = member("b", soon);
     // `first` goes alone (counted in flight); `second` waits; the merge of `first`'s place...
-    let Arrival::Alone(first) = ep.coalesce().arrive(first, &POLICY) else { panic!("alone") };
-    assert!(matches!(ep.coalesce().arrive(second, &POLICY), Arrival::Wait));
+    let Arrival::Alone(first) = ep.coalesce(ep.slot()).arrive(first, &POLICY) else { panic!("alone") };
+    assert!(matches!(ep.coalesce(ep.slot()).arrive(second, &POLICY), Arrival::Wait));
     // ...goes when `first`'s exchange ends: here, as a merge of its own that times out.
-    send(Arc::clone(&ctx), Arc::clone(&ep), POLICY, vec![first]);
+    send(Arc::clone(&ctx), Arc::clone(&ep), ep.slot(), POLICY, vec![first]);
     assert!(matches!(rx1.await, Ok(Delivery::TimedOut)));
     assert!(matches!(rx2.await, Ok(Delivery::TimedOut)), "the waiting one went next, and timed out too");
     assert!(count.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     // Its exchange ends just after its word: then nothing is in flight.
     let idle = async {
-        while ep.coalesce().in_flight() != 0 {
+        while ep.coalesce(ep.slot()).in_flight() != 0 {
             tokio::task::yield_now().await;
         }
     };
