@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # A multi-GPU node: N workers, one per GPU, driven directly (one load generator per worker, all
 # at once) against the same N workers through one gateway, closed loop, for N in NS; throughput,
-# p99, and the gateway's and the workers' CPU per request (/proc/PID/stat over the measured step).
+# p99, failed requests, and the CPU per request of the gateway, the workers (/proc/PID/stat over
+# the measured step) and the load generators (their own rusage), so that a limit of the
+# generator cannot pass for one of the gateway. The gateway's per-address connection cap holds
+# only under pressure; GATEWAY_FLAGS raises it as well, so that one generator's thousands of
+# connections from 127.0.0.1 are never refused (the failed column says so).
 # Then ROUNDS rounds of each, interleaved. The goal of the node-scale issue: through the gateway at
 # least 90 % of the direct sum at p99 < 10 ms, the gateway's CPU per request at most a third of
 # a worker's.
@@ -23,15 +27,27 @@ warmup_s=${WARMUP_S:-2}
 duration=${duration_s}s
 warmup=${warmup_s}s
 read -r -a worker_flags <<<"${WORKER_FLAGS:---runtime-threads 8}"
-read -r -a gateway_flags <<<"${GATEWAY_FLAGS:---runtime-threads 16}"
+read -r -a gateway_flags <<<"${GATEWAY_FLAGS:---runtime-threads 16 --max-connections-per-address 100000}"
 lt_threads=${LOADTEST_THREADS:-8}
 . scripts/lib/start.sh
 scratch
 tck=$(getconf CLK_TCK)
 
+# Run a command with stdout to $1, and write the CPU seconds it used (user + system) to $1.cpu.
+with_cpu() {
+  python3 - "$@" <<'PY'
+import resource, subprocess, sys
+out = sys.argv[1]
+rc = subprocess.call(sys.argv[2:], stdout=open(out, "w"), stderr=subprocess.DEVNULL)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(out + ".cpu", "w").write(f"{u.ru_utime + u.ru_stime}\n")
+sys.exit(rc)
+PY
+}
+
 gpus=$(nvidia-smi -L | wc -l)
 echo "# node: $gpus GPUs ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)), $(nproc) cores, $(git rev-parse --short HEAD 2>/dev/null || cat "$app/commit.txt")"
-printf '%-6s %-3s %-8s %10s %9s %12s %12s\n' round N path req_per_s p99_ms gw_us_per_req wk_us_per_req
+printf '%-6s %-3s %-8s %10s %9s %8s %12s %12s %12s\n' round N path req_per_s p99_ms failed gw_us_per_req wk_us_per_req lt_us_per_req
 
 for round in $(seq 1 "$rounds"); do
   for n in $ns; do
@@ -51,11 +67,11 @@ for round in $(seq 1 "$rounds"); do
       lts=()
       if [ "$path" = direct ]; then
         for i in $(seq 0 $((n - 1))); do
-          "$app/loadtest" --url "${urls[$i]}" -c "$clients" -d "$duration" --warmup "$warmup" --threads "$lt_threads" --json >"$work/lt$i.json" 2>/dev/null &
+          with_cpu "$work/lt$i.json" "$app/loadtest" --url "${urls[$i]}" -c "$clients" -d "$duration" --warmup "$warmup" --threads "$lt_threads" --json &
           lts+=($!)
         done
       else
-        "$app/loadtest" --url "$gurl" -c $((clients * n)) -d "$duration" --warmup "$warmup" --threads $((lt_threads * n)) --json >"$work/lt0.json" 2>/dev/null &
+        with_cpu "$work/lt0.json" "$app/loadtest" --url "$gurl" -c $((clients * n)) -d "$duration" --warmup "$warmup" --threads $((lt_threads * n)) --json &
         lts+=($!)
       fi
       wait "${lts[@]}"
@@ -68,14 +84,17 @@ import json, sys
 rnd, n, path = sys.argv[1:4]
 tck, wt, gt, wall = (float(a) for a in sys.argv[4:8])
 runs = [json.loads(open(f).readline()) for f in sys.argv[8:]]
+lt_cpu = sum(float(open(f + ".cpu").read()) for f in sys.argv[8:])
 rps = sum(r["throughput_per_s"] for r in runs)
 p99 = max(r["p99_ms"] for r in runs)
+failed = sum(r["requests"] - r["ok"] for r in runs)
 # CPU over the whole invocation (warm-up included) over the requests of that time at the measured rate.
 per = lambda ticks: ticks / tck / (rps * wall) * 1e6 if rps else float("nan")
 gw = f"{per(gt):12.1f}" if path == "gateway" else f"{'-':>12}"
-print(f"{rnd:<6} {n:<3} {path:<8} {rps:>10.0f} {p99:>9.2f} {gw} {per(wt):>12.1f}")
+print(f"{rnd:<6} {n:<3} {path:<8} {rps:>10.0f} {p99:>9.2f} {failed:>8} {gw} {per(wt):>12.1f} "
+      f"{per(lt_cpu * tck):>12.1f}")
 EOF
-      rm -f "$work"/lt*.json
+      rm -f "$work"/lt*.json "$work"/lt*.json.cpu
     done
     kill -TERM "$gpid" "${wpids[@]}" 2>/dev/null || true
     wait "$gpid" "${wpids[@]}" 2>/dev/null || true
