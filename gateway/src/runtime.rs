@@ -57,6 +57,10 @@ impl<T> Slots<T> {
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().map(|s| &**s)
     }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
 }
 
 #[cfg(test)]

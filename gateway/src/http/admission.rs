@@ -86,7 +86,7 @@ impl PerCore {
     /// Each core's share of `max`, and what is left for the common part: the shares together
     /// are at most half, so the sum of everything taken is at most `max`.
     fn split(&self, max: u64) -> (u64, u64) {
-        let slots = self.shares.iter().count() as u64;
+        let slots = self.shares.len() as u64;
         let share = max / 2 / slots;
         let share = if share < self.min_share { 0 } else { share };
         (share, max - share * slots)
@@ -94,6 +94,9 @@ impl PerCore {
 
     fn take(&self, n: u64, max: u64) -> Option<Taken> {
         let (share, common) = self.split(max);
+        if share == 0 {
+            return self.common.take(n, common).then_some(Taken::Common);
+        }
         let mine = self.shares.mine();
         if self.shares.at(mine).take(n, share) {
             return Some(Taken::Share(mine));
@@ -101,7 +104,7 @@ impl PerCore {
         if self.common.take(n, common) {
             return Some(Taken::Common);
         }
-        let slots = self.shares.iter().count();
+        let slots = self.shares.len();
         (1..slots).map(|k| (mine + k) % slots).find(|&i| self.shares.at(i).take(n, share)).map(Taken::Share)
     }
 
