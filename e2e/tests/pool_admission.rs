@@ -26,18 +26,7 @@ const ROWS: u64 = 32;
 const FLOOR: u64 = 16;
 
 async fn fake_worker() -> Server {
-    let (base, row, rows) = (format!("{BASE_MS}ms"), format!("{ROW_MS}ms"), ROWS.to_string());
-    Server::fake_worker(&[
-        "--batch-base-time",
-        &base,
-        "--batch-row-time",
-        &row,
-        "--max-batch-rows",
-        &rows,
-        "--min-batch-fill",
-        "0",
-    ])
-    .await
+    Server::fake_worker(&testkit::fake_batch_flags(BASE_MS, ROW_MS, ROWS)).await
 }
 
 /// Counts of an open-loop run: answers by status, and the most requests in flight at once.

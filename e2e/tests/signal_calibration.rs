@@ -29,19 +29,8 @@ fn capacity() -> f64 {
 }
 
 async fn start_worker() -> Server {
-    let (base, row, rows) = (format!("{BASE_MS}ms"), format!("{ROW_MS}ms"), ROWS.to_string());
     // Full batches whatever the queries' lengths (a GPU's default), so that B is exact.
-    Server::fake_worker(&[
-        "--batch-base-time",
-        &base,
-        "--batch-row-time",
-        &row,
-        "--max-batch-rows",
-        &rows,
-        "--min-batch-fill",
-        "0",
-    ])
-    .await
+    Server::fake_worker(&testkit::fake_batch_flags(BASE_MS, ROW_MS, ROWS)).await
 }
 
 async fn start_gateway(workers: &[Server]) -> (Server, String) {

@@ -46,18 +46,8 @@ async fn the_scaler_settles_at_ceil_r_within_two_sync_periods_of_each_step_up() 
     let (gateway, admin, api) = rig.start_gateway(&[]).await;
 
     let series = dir.join("scaler.jsonl");
-    let workers = [
-        "--model".to_owned(),
-        testkit::model_dir().display().to_string(),
-        "--batch-base-time".to_owned(),
-        format!("{BASE_MS}ms"),
-        "--batch-row-time".to_owned(),
-        format!("{ROW_MS}ms"),
-        "--max-batch-rows".to_owned(),
-        ROWS.to_string(),
-        "--min-batch-fill".to_owned(),
-        "0".to_owned(),
-    ];
+    let mut workers = vec!["--model".to_owned(), testkit::model_dir().display().to_string()];
+    workers.extend(testkit::fake_batch_flags(BASE_MS, ROW_MS, ROWS));
     let interval = format!("{}s", SYNC.as_secs());
     let behavior = testkit::repo_root().join("scripts/demo-behavior.yaml");
     let mut scaler = rig.scaler(&api, &admin, &["--interval", &interval, "--max", "5"], &behavior, &series, &workers);

@@ -27,7 +27,7 @@ mod server;
 
 pub use captured::Captured;
 pub use paths::{Sanity, SanityQuery, bin, model_dir, ort_lib, repo_root, sanity};
-pub use server::Server;
+pub use server::{Server, fake_batch_flags};
 
 use std::future::Future;
 use std::time::Duration;

@@ -12,6 +12,15 @@ use tokio::sync::Notify;
 /// How long a server may take to print `listening on`.
 const START_LIMIT: Duration = Duration::from_secs(60);
 
+/// The fake worker's flags for batches of known timing: `base_ms + row_ms x rows` a batch of
+/// `rows` (at most `max_rows`), every batch full whatever the queries' lengths (`--min-batch-fill
+/// 0`, a GPU worker's default), so that its capacity is exact.
+pub fn fake_batch_flags(base_ms: u64, row_ms: u64, max_rows: u64) -> Vec<String> {
+    let flags = ["--batch-base-time", "--batch-row-time", "--max-batch-rows", "--min-batch-fill"];
+    let values = [format!("{base_ms}ms"), format!("{row_ms}ms"), max_rows.to_string(), "0".to_owned()];
+    flags.into_iter().zip(values).flat_map(|(f, v)| [f.to_owned(), v]).collect()
+}
+
 /// A running server, killed when dropped.
 #[derive(Debug)]
 pub struct Server {
@@ -32,7 +41,7 @@ struct Announcements {
 impl Server {
     /// The fake worker (the worker's whole host side, no inference: `worker/examples/fake_worker.rs`)
     /// on `127.0.0.1:0` with the bundled model, quiet, with `args` added.
-    pub async fn fake_worker(args: &[&str]) -> Self {
+    pub async fn fake_worker<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Self {
         let mut cmd = Command::new(crate::bin("examples/fake_worker"));
         cmd.arg("--listen").arg("127.0.0.1:0").arg("--model").arg(crate::model_dir());
         cmd.args(args).env("RUST_LOG", "warn");

@@ -104,7 +104,7 @@ impl AppState {
         let grpc_listener = listener::Metrics::register(&mut registry, "grpc");
         let body_reader = listener::BodyReader::for_listener(&ctx.config.listener.config(), &client_listener);
         let panics = Panics::new(ctx.metrics.panics.clone());
-        let coalesce = crate::routing::coalesce_policy(&ctx.config).is_some();
+        let coalesce = crate::pool::merge_queue::Policy::from_config(&ctx.config).is_some();
         Self {
             pools,
             admission,

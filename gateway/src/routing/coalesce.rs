@@ -45,17 +45,11 @@ use tokio::time::Instant;
 
 use super::attempt::{Attempt, Sent, alone, apply, conclude};
 use super::request::{ClientRequest, Single};
-use crate::config::Config;
 use crate::ctx::Ctx;
 use crate::pool::merge_queue::{Arrival, BODY_OVERHEAD, Delivery, Member, Policy};
 use crate::pool::outcome::{self, CallKind, HealthEffect, Outcome, RetryReason, Verdict};
 use crate::pool::{Endpoint, Pool};
 use crate::upstream::{Answer, Limit, Outgoing};
-
-/// The merge policy of `cfg`'s flags; `None` when coalescing is off.
-pub(crate) fn policy(cfg: &Config) -> Option<Policy> {
-    Policy::from_config(cfg)
-}
 
 /// One attempt of a mergeable request on `ep`: alone at once, or in a merge (see the module
 /// documentation), until `deadline` (`.1`: the request's own).

@@ -14,6 +14,5 @@ mod proxy;
 mod request;
 mod retry;
 
-pub(crate) use coalesce::policy as coalesce_policy;
 pub(crate) use proxy::forward;
 pub(crate) use request::{ClientRequest, Cost, OipSingle, Single};

@@ -46,9 +46,9 @@ fn member(query: &str, deadline: Instant) -> (Member, oneshot::Receiver<Delivery
 #[test]
 fn each_core_merges_after_its_part_of_the_exchanges_in_flight() {
     let after = |runtime, threads| {
-        let mut cfg = Config::for_tests();
+        let mut cfg = crate::config::Config::for_tests();
         (cfg.runtime, cfg.threads, cfg.coalesce_after_in_flight) = (runtime, threads, 8);
-        policy(&cfg).unwrap().after_in_flight
+        Policy::from_config(&cfg).unwrap().after_in_flight
     };
     use crate::config::Runtime::{PerCore, Shared};
     assert_eq!(after(Shared, 4), 8, "one queue a worker");
